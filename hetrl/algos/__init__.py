@@ -1,0 +1,1 @@
+"""Learners: one module per algorithm, each update rule readable top to bottom."""

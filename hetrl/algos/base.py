@@ -1,0 +1,86 @@
+"""What every learner shares: the training schedule, device handling, checkpoint state."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from hetrl.schema import ActionSpace
+
+
+class Batch(NamedTuple):
+    obs: torch.Tensor
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    next_obs: torch.Tensor
+    dones: torch.Tensor  # 1.0 where the episode terminated (not truncated)
+
+
+class Learner(nn.Module):
+    """Networks plus an update rule. Subclasses set `action_space` and implement
+    `act` and `update`; their networks and optimizers are found by attribute.
+
+    The schedule hyperparameters (`batch_size`, `learning_starts`, `train_freq`,
+    `gradient_steps`) belong to the algorithm, as in SB3; the scheduler reads them here.
+    """
+
+    action_space: ClassVar[ActionSpace]
+
+    def __init__(
+        self,
+        *,
+        device: torch.device,
+        batch_size: int,
+        buffer_size: int,
+        learning_starts: int,
+        train_freq: int,
+        gradient_steps: int,
+        hidden: list[int],
+        lr: float,
+        gamma: float,
+    ) -> None:
+        super().__init__()
+        self.device = device
+        self.batch_size = batch_size
+        self.buffer_size = buffer_size
+        self.learning_starts = learning_starts
+        self.train_freq = train_freq
+        self.gradient_steps = gradient_steps
+        self.hidden = list(hidden)
+        self.lr = lr
+        self.gamma = gamma
+        self.updates = 0
+
+    def act(self, obs: np.ndarray, step: int | None) -> np.ndarray:
+        """Actions for a batch of observations; `step` (env steps so far) asks for
+        exploration, None for the deterministic policy."""
+        raise NotImplementedError
+
+    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """One gradient step; returns detached scalar tensors (no host sync here)."""
+        raise NotImplementedError
+
+    def end_episodes(self, done: np.ndarray) -> None:
+        """Called with a mask of the envs whose episode just ended (noise processes reset)."""
+
+    def obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+
+    def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {k: v for k, v in vars(self).items() if isinstance(v, torch.optim.Optimizer)}
+
+    def checkpoint(self) -> dict[str, Any]:
+        return {
+            "modules": self.state_dict(),
+            "optimizers": {k: opt.state_dict() for k, opt in self._optimizers().items()},
+            "updates": self.updates,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.load_state_dict(state["modules"])
+        for key, opt in self._optimizers().items():
+            opt.load_state_dict(state["optimizers"][key])
+        self.updates = state["updates"]

@@ -1,0 +1,73 @@
+"""DDPG (Lillicrap et al. 2016): deterministic actor, Q critic, Polyak-averaged targets."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from hetrl.algos.base import Batch, Learner
+from hetrl.algos.networks import Actor, QCritic, adam, flat_dim, frozen_copy, polyak_update
+from hetrl.algos.noise import ActionNoise
+from hetrl.schema import ActionSpace
+
+
+class DDPG(Learner):
+    action_space = ActionSpace.continuous
+
+    def __init__(
+        self,
+        obs_space: gym.Space,
+        act_space: gym.spaces.Box,
+        *,
+        tau: float,
+        action_noise: str,
+        noise_std: float,
+        **common,
+    ) -> None:
+        super().__init__(**common)
+        self.tau = tau
+        obs_dim, act_dim = flat_dim(obs_space), flat_dim(act_space)
+        self.actor = Actor(obs_dim, self.hidden, act_space).to(self.device)
+        self.critic = QCritic(obs_dim, act_dim, self.hidden).to(self.device)
+        self.actor_target = frozen_copy(self.actor)
+        self.critic_target = frozen_copy(self.critic)
+        self.actor_optimizer = adam(self.actor.parameters(), self.lr)
+        self.critic_optimizer = adam(self.critic.parameters(), self.lr)
+        self.noise = ActionNoise(action_noise, noise_std, act_dim, self.device)
+        self.low = torch.as_tensor(act_space.low, device=self.device)
+        self.high = torch.as_tensor(act_space.high, device=self.device)
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, step: int | None) -> np.ndarray:
+        actions = self.actor(self.obs_tensor(obs))
+        if step is not None:
+            actions = actions + self.noise.sample(len(actions)) * self.actor.scale
+            actions = actions.clamp(self.low, self.high)
+        return actions.cpu().numpy()
+
+    def end_episodes(self, done: np.ndarray) -> None:
+        self.noise.reset(done)
+
+    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            next_q = self.critic_target(batch.next_obs, self.actor_target(batch.next_obs))
+            td_target = batch.rewards + self.gamma * (1.0 - batch.dones) * next_q
+
+        q = self.critic(batch.obs, batch.actions)
+        critic_loss = F.mse_loss(q, td_target)
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optimizer.step()
+
+        actor_loss = -self.critic(batch.obs, self.actor(batch.obs)).mean()
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_optimizer.step()
+
+        polyak_update(self.critic_target, self.critic, self.tau)
+        polyak_update(self.actor_target, self.actor, self.tau)
+        self.updates += 1
+        return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
+                "q_mean": q.detach().mean()}

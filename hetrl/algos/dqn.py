@@ -1,0 +1,80 @@
+"""DQN (Mnih et al. 2015) with an optional double-DQN target (van Hasselt et al. 2016)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from hetrl.algos.base import Batch, Learner
+from hetrl.algos.networks import adam, flat_dim, frozen_copy, mlp
+from hetrl.schema import ActionSpace
+
+
+class DQN(Learner):
+    action_space = ActionSpace.discrete
+
+    def __init__(
+        self,
+        obs_space: gym.Space,
+        act_space: gym.spaces.Discrete,
+        *,
+        double_dqn: bool,
+        target_update_interval: int,
+        exploration_fraction: float,
+        exploration_initial_eps: float,
+        exploration_final_eps: float,
+        max_grad_norm: float,
+        total_steps: int,
+        **common,
+    ) -> None:
+        super().__init__(**common)
+        self.double_dqn = double_dqn
+        self.target_update_interval = target_update_interval
+        self.eps_start, self.eps_end = exploration_initial_eps, exploration_final_eps
+        self.exploration_steps = max(1, int(exploration_fraction * total_steps))
+        self.max_grad_norm = max_grad_norm
+        self.n_actions = int(act_space.n)
+        self.q = mlp([flat_dim(obs_space), *self.hidden, self.n_actions]).to(self.device)
+        self.q_target = frozen_copy(self.q)
+        self.optimizer = adam(self.q.parameters(), self.lr)
+
+    def epsilon(self, step: int) -> float:
+        """Linear decay from the initial to the final epsilon over the exploration steps."""
+        fraction = min(1.0, step / self.exploration_steps)
+        return self.eps_start + fraction * (self.eps_end - self.eps_start)
+
+    @torch.inference_mode()
+    def act(self, obs: np.ndarray, step: int | None) -> np.ndarray:
+        if step is None:
+            return self.q(self.obs_tensor(obs)).argmax(dim=1).cpu().numpy()
+        explore = np.random.random(len(obs)) < self.epsilon(step)
+        actions = np.random.randint(self.n_actions, size=len(obs))
+        if not explore.all():  # the network only where some env acts greedily
+            greedy = self.q(self.obs_tensor(obs)).argmax(dim=1).cpu().numpy()
+            actions = np.where(explore, actions, greedy)
+        return actions
+
+    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            next_q = self.q_target(batch.next_obs)
+            if self.double_dqn:
+                best = self.q(batch.next_obs).argmax(dim=1, keepdim=True)
+                next_value = next_q.gather(1, best).squeeze(1)
+            else:
+                next_value = next_q.max(dim=1).values
+            td_target = batch.rewards + self.gamma * (1.0 - batch.dones) * next_value
+
+        q = self.q(batch.obs).gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
+        loss = F.smooth_l1_loss(q, td_target)
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.q.parameters(), self.max_grad_norm, foreach=True)
+        self.optimizer.step()
+
+        self.updates += 1
+        if self.updates % self.target_update_interval == 0:
+            self.q_target.load_state_dict(self.q.state_dict())
+        return {"loss": loss.detach(), "q_mean": q.detach().mean()}

@@ -1,0 +1,71 @@
+"""Building blocks the learners share: MLPs, a bounded actor, Q critics, Polyak averaging."""
+
+from __future__ import annotations
+
+import copy
+from typing import Iterable
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+
+def mlp(sizes: list[int], output_activation: type[nn.Module] | None = None) -> nn.Sequential:
+    """Linear layers of the given widths with ReLU between them."""
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(n_in, n_out))
+        if i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    if output_activation is not None:
+        layers.append(output_activation())
+    return nn.Sequential(*layers)
+
+
+def flat_dim(space: gym.Space) -> int:
+    return int(gym.spaces.flatdim(space))
+
+
+class Actor(nn.Module):
+    """Deterministic policy: tanh output rescaled to the Box action bounds."""
+
+    def __init__(self, obs_dim: int, hidden: list[int], action_space: gym.spaces.Box) -> None:
+        super().__init__()
+        self.net = mlp([obs_dim, *hidden, flat_dim(action_space)], output_activation=nn.Tanh)
+        low = torch.as_tensor(action_space.low, dtype=torch.float32)
+        high = torch.as_tensor(action_space.high, dtype=torch.float32)
+        self.register_buffer("scale", (high - low) / 2)
+        self.register_buffer("bias", (high + low) / 2)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs) * self.scale + self.bias
+
+
+class QCritic(nn.Module):
+    """Q(s, a) for continuous actions: the MLP sees observation and action concatenated."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: list[int]) -> None:
+        super().__init__()
+        self.net = mlp([obs_dim + act_dim, *hidden, 1])
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs, actions], dim=1)).squeeze(1)
+
+
+def frozen_copy(module: nn.Module) -> nn.Module:
+    """A target network: same weights, no gradients."""
+    target = copy.deepcopy(module)
+    target.requires_grad_(False)
+    return target
+
+
+@torch.no_grad()
+def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """target <- (1 - tau) * target + tau * online, in one fused call."""
+    torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+
+
+def adam(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Adam:
+    """Adam with the fused kernel (CPU and CUDA): a third faster than the default on
+    the small updates of RL (benchmarks/vs_sb3.py)."""
+    return torch.optim.Adam(params, lr=lr, fused=True)

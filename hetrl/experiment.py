@@ -1,0 +1,164 @@
+"""One job: build the components a config names, train, and track it from start to end."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from hetrl import checkpoint
+from hetrl.envs.state import env_state, load_env_state
+from hetrl.options import GROUPS
+from hetrl.progress import TrainingProgress
+from hetrl.scheduler.context import Training
+from hetrl.scheduler.state import LoopState
+from hetrl.schema import validate
+from hetrl.seeding import rng_states, seed_everything, set_rng_states
+from hetrl.tracking.base import Tracker
+from hetrl.tracking.plots import learning_curve
+
+log = logging.getLogger("hetrl")
+
+
+def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str, Any]:
+    """Train one job; returns its final metrics and MLflow run id.
+
+    `choices` names the chosen option of each config group (Hydra's runtime choices);
+    `out_dir` receives the checkpoint. With `resume=<job dir>`, the config, choices and
+    MLflow run of that job are taken from its checkpoint and the job goes on there.
+    """
+    saved = None
+    if cfg.resume:
+        out_dir = Path(cfg.resume)
+        saved = checkpoint.load(out_dir)
+        cfg, choices = OmegaConf.create(saved["config"]), saved["choices"]
+    choices = {group: choices[group] for group in GROUPS}
+    name = "-".join(choices[g] for g in ("algo", "env", "platform", "precision")) + f"-s{cfg.seed}"
+
+    tracker: Tracker = instantiate(cfg.tracking)
+    tracker.start(name, tags={**choices, "seed": str(cfg.seed)},
+                  run_id=saved["run_id"] if saved else None)
+    try:
+        with _stop_on_signals() as stop:
+            if saved is None:
+                tracker.log_params(_flatten(OmegaConf.to_container(cfg, resolve=True,
+                                                                    enum_to_str=True)))
+            validate(cfg, choices)
+            results = _train(cfg, choices, out_dir, tracker, saved, stop, name)
+    except KeyboardInterrupt:
+        tracker.end("KILLED")
+        raise
+    except BaseException:
+        tracker.log_text(traceback.format_exc(), "error.txt")
+        tracker.end("FAILED")
+        raise
+    tracker.end("FINISHED")
+    return {**results, "run_id": tracker.run_id}
+
+
+def _train(
+    cfg: DictConfig,
+    choices: Mapping[str, str],
+    out_dir: Path,
+    tracker: Tracker,
+    saved: dict[str, Any] | None,
+    stop: threading.Event,
+    name: str,
+) -> dict[str, float]:
+    platform = instantiate(cfg.platform)
+    if saved is None:
+        tracker.log_params({f"host.{k}": v for k, v in platform.describe().items()})
+    seed_everything(cfg.seed)
+    envs = instantiate(cfg.env)
+    spaces = {"obs_space": envs.single_observation_space, "act_space": envs.single_action_space}
+    learner = instantiate(cfg.algo, **spaces, device=platform.device)
+    replay = instantiate(cfg.replay, **spaces, device=platform.device)
+    state = LoopState()
+    if saved is None:
+        state.obs, _ = envs.reset(seed=cfg.seed)
+        envs.action_space.seed(cfg.seed)
+    else:
+        _restore(saved, envs, learner, replay, state, cfg.seed)
+
+    def save_checkpoint(loop: LoopState) -> Path:
+        path = out_dir / checkpoint.FILENAME
+        checkpoint.save(path, {
+            "config": OmegaConf.to_container(cfg), "choices": dict(choices),
+            "run_id": tracker.run_id, "learner": learner.checkpoint(),
+            "replay": replay.state_dict(), "envs": env_state(envs), "loop": loop,
+            "rng": rng_states(),
+        })
+        return path
+
+    progress = TrainingProgress(cfg.steps, state.step, name)
+
+    def report(step: int, metrics: dict[str, float]) -> None:
+        tracker.log_metrics(metrics, step)
+        progress.update(step, metrics)
+
+    training = Training(
+        envs=envs, learner=learner, replay=replay, precision=instantiate(cfg.precision),
+        steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
+        report=report, checkpoint=save_checkpoint, stop=stop,
+    )
+    try:
+        results = instantiate(cfg.scheduler).run(training, state)
+    finally:
+        progress.close()
+        envs.close()
+    tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+    tracker.log_artifact(learning_curve(state.history, out_dir / "learning_curve.png", name))
+    tracker.log_artifact(save_checkpoint(state))
+    return results
+
+
+def _restore(saved: dict[str, Any], envs, learner, replay, state: LoopState, seed: int) -> None:
+    learner.restore(saved["learner"])
+    replay.load_state_dict(saved["replay"])
+    state.__dict__.update(vars(saved["loop"]))
+    if saved["envs"] is not None:
+        load_env_state(envs, saved["envs"])
+    else:
+        log.warning("this env's state cannot be saved: resumed episodes start afresh")
+        state.obs, _ = envs.reset(seed=seed + state.step)
+    set_rng_states(saved["rng"])
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """SIGINT/SIGTERM ask the loop to stop at the next step (after a checkpoint);
+    a second Ctrl-C interrupts at once."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def request_stop(signum: int, frame: object) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        log.warning("signal %d: stopping at the next step", signum)
+        stop.set()
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{"algo": {"lr": 1}} -> {"algo.lr": 1}; lists stay whole values."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat

@@ -1,0 +1,1 @@
+"""Precision policies: the dtype each part of training computes in."""

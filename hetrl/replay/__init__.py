@@ -1,0 +1,1 @@
+"""Replay buffers: preallocated rings behind one interface (add, sample, state)."""

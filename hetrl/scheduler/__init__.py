@@ -1,0 +1,1 @@
+"""Training loops. Each one measures the phases it runs."""

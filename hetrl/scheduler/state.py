@@ -1,0 +1,48 @@
+"""The training loop's progress: counters, recent returns, phase times. Checkpointed whole."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from time import perf_counter
+
+import numpy as np
+
+
+@dataclass
+class LoopState:
+    step: int = 0  # env steps (transitions) so far, across all envs
+    updates: int = 0  # gradient updates so far
+    pending: int = 0  # env steps since the last training rollout
+    episodes: int = 0
+    returns: deque[float] = field(default_factory=lambda: deque(maxlen=100))
+    history: list[tuple[int, float]] = field(default_factory=list)  # (step, return_mean_100)
+    phase_s: dict[str, float] = field(default_factory=dict)
+    elapsed_s: float = 0.0  # wall time inside the loop, across resumes
+    obs: np.ndarray | None = None
+
+    def record_episodes(self, returns: np.ndarray) -> None:
+        self.returns.extend(float(r) for r in returns)
+        self.episodes += len(returns)
+
+    def return_mean_100(self) -> float | None:
+        return float(np.mean(self.returns)) if self.returns else None
+
+
+class PhaseTimer:
+    """`with timer("act"): ...` adds the block's wall time to `totals["act"]`."""
+
+    def __init__(self, totals: dict[str, float]) -> None:
+        self.totals = totals
+        self._name = ""
+        self._start = 0.0
+
+    def __call__(self, name: str) -> PhaseTimer:
+        self._name = name
+        return self
+
+    def __enter__(self) -> None:
+        self._start = perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.totals[self._name] = self.totals.get(self._name, 0.0) + perf_counter() - self._start

@@ -1,0 +1,81 @@
+"""The synchronous loop: act -> env step -> store -> update every `train_freq` env steps."""
+
+from __future__ import annotations
+
+from time import perf_counter
+
+import numpy as np
+
+from hetrl.scheduler.context import Stopped, Training, loop_metrics
+from hetrl.scheduler.state import LoopState, PhaseTimer
+
+
+def _crossed(step: int, n: int, every: int) -> bool:
+    """Whether the last n steps, ending at `step`, crossed a multiple of `every`."""
+    return every > 0 and step // every > (step - n) // every
+
+
+class SyncScheduler:
+    """One process does everything in turn, like SB3's off-policy loop.
+
+    Steps count transitions across all envs; a rollout of `train_freq` of them is followed
+    by `gradient_steps` updates once `learning_starts` steps have been collected.
+    """
+
+    def run(self, t: Training, state: LoopState) -> dict[str, float]:
+        envs, learner, replay = t.envs, t.learner, t.replay
+        timer = PhaseTimer(state.phase_s)
+        autocast = t.precision.autocast(learner.device)
+        n_envs = envs.num_envs
+        obs = state.obs
+        learner_metrics: dict = {}
+        tick = perf_counter()
+
+        while state.step < t.steps:
+            with timer("act"):
+                if state.step < learner.learning_starts:
+                    actions = envs.action_space.sample()
+                else:
+                    actions = learner.act(obs, state.step)
+            with timer("env"):
+                next_obs, rewards, terminated, truncated, info = envs.step(actions)
+            done = terminated | truncated
+            with timer("replay_add"):
+                stored_next = next_obs
+                if done.any():  # same-step autoreset: the true last obs is in final_obs
+                    stored_next = next_obs.copy()
+                    stored_next[done] = np.stack(info["final_obs"][done])
+                replay.add(obs, actions, rewards, stored_next, terminated)
+            if done.any():
+                learner.end_episodes(done)
+                state.record_episodes(info["episode"]["r"][info["_episode"]])
+            obs = next_obs
+            state.step += n_envs
+
+            rollouts, state.pending = divmod(state.pending + n_envs, learner.train_freq)
+            if state.step > learner.learning_starts:
+                for _ in range(rollouts * learner.gradient_steps):
+                    with timer("sample"):
+                        batch = replay.sample(learner.batch_size)
+                    with timer("update"), autocast:
+                        learner_metrics = learner.update(batch)
+                    state.updates += 1
+
+            finished = state.step >= t.steps
+            log_due = _crossed(state.step, n_envs, t.log_every) or finished
+            if log_due or t.stop.is_set() or _crossed(state.step, n_envs, t.checkpoint_every):
+                now = perf_counter()
+                state.elapsed_s += now - tick
+                tick = now
+                state.obs = obs
+            if t.stop.is_set():
+                t.checkpoint(state)
+                raise Stopped(f"stopped at step {state.step}")
+            if log_due:
+                metrics = loop_metrics(state, learner.batch_size, learner_metrics)
+                if "return_mean_100" in metrics:
+                    state.history.append((state.step, metrics["return_mean_100"]))
+                t.report(state.step, metrics)
+            if _crossed(state.step, n_envs, t.checkpoint_every) and not finished:
+                t.checkpoint(state)
+        return loop_metrics(state, learner.batch_size, learner_metrics)

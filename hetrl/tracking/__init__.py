@@ -1,0 +1,1 @@
+"""Experiment tracking: MLflow runs per job, a parent run per sweep, plots."""

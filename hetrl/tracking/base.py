@@ -1,0 +1,51 @@
+"""The tracker interface, and the tracker that records nothing (`tracking=none`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Protocol
+
+
+class Tracker(Protocol):
+    run_id: str | None
+
+    def start(self, name: str, tags: Mapping[str, str], run_id: str | None = None) -> None:
+        """Open a new run, or reopen `run_id` (resume)."""
+
+    def log_params(self, params: Mapping[str, object]) -> None: ...
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
+
+    def log_artifact(self, path: Path) -> None: ...
+
+    def log_text(self, text: str, name: str) -> None: ...
+
+    def end(self, status: str) -> None:
+        """Close the run as FINISHED, FAILED or KILLED."""
+
+
+class NullTracker:
+    """Keeps nothing; for quick runs and tests that do not look at tracking."""
+
+    run_id: str | None = None
+
+    def __init__(self, uri: str | None = None, experiment: str | None = None) -> None:
+        pass
+
+    def start(self, name: str, tags: Mapping[str, str], run_id: str | None = None) -> None:
+        pass
+
+    def log_params(self, params: Mapping[str, object]) -> None:
+        pass
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        pass
+
+    def log_artifact(self, path: Path) -> None:
+        pass
+
+    def log_text(self, text: str, name: str) -> None:
+        pass
+
+    def end(self, status: str) -> None:
+        pass

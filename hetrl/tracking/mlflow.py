@@ -1,0 +1,73 @@
+"""MLflow tracking through an explicit client: one job is one run."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Mapping
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+from mlflow.entities import Metric, Param  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME  # noqa: E402
+from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH  # noqa: E402
+
+_BATCH = 100  # MLflow's limit of params per log_batch call
+
+
+def client_for(uri: str, experiment: str) -> tuple[MlflowClient, str]:
+    """A client for `uri` and the id of `experiment`, created on first use.
+
+    A relative sqlite path is relative to the working directory; its folder is created,
+    and artifacts go to `mlartifacts/` beside the database.
+    """
+    artifact_location = None
+    if uri.startswith("sqlite:///"):
+        db = Path(uri.removeprefix("sqlite:///"))
+        db.parent.mkdir(parents=True, exist_ok=True)
+        artifact_location = (db.parent / "mlartifacts").resolve().as_uri()
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is not None:
+        return client, found.experiment_id
+    return client, client.create_experiment(experiment, artifact_location=artifact_location)
+
+
+class MlflowTracker:
+    def __init__(self, uri: str, experiment: str, parent_run_id: str | None = None) -> None:
+        self.client, self.experiment_id = client_for(uri, experiment)
+        self.parent_run_id = parent_run_id
+        self.run_id: str | None = None
+
+    def start(self, name: str, tags: Mapping[str, str], run_id: str | None = None) -> None:
+        if run_id is not None:  # resume: the same run goes on
+            self.client.update_run(run_id, status="RUNNING")
+            self.run_id = run_id
+            return
+        tags = {MLFLOW_RUN_NAME: name, **tags}
+        if self.parent_run_id:
+            tags[MLFLOW_PARENT_RUN_ID] = self.parent_run_id
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=dict(tags))
+        self.run_id = run.info.run_id
+
+    def log_params(self, params: Mapping[str, object]) -> None:
+        items = [Param(k, str(v)[:MAX_PARAM_VAL_LENGTH]) for k, v in params.items()]
+        for i in range(0, len(items), _BATCH):
+            self.client.log_batch(self.run_id, params=items[i : i + _BATCH])
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        for i in range(0, len(items), 1000):
+            self.client.log_batch(self.run_id, metrics=items[i : i + 1000])
+
+    def log_artifact(self, path: Path) -> None:
+        self.client.log_artifact(self.run_id, str(path))
+
+    def log_text(self, text: str, name: str) -> None:
+        self.client.log_text(self.run_id, text, name)
+
+    def end(self, status: str) -> None:
+        self.client.set_terminated(self.run_id, status=status)

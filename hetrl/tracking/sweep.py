@@ -1,0 +1,97 @@
+"""A Hydra callback that makes a multirun one MLflow parent run with each job a child.
+
+The parent gets a summary table (CSV and markdown) of every child: its choices, final
+metrics and status, rewritten after each job so that a sweep cut short still has one.
+Hydra skips `on_multirun_end` when a job failed, so the parent is also closed at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import csv
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobReturn
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+PARENT_ENV = "HETRL_PARENT_RUN_ID"  # read by the jobs' tracking config
+CHOICE_TAGS = ("algo", "env", "platform", "precision", "scheduler", "replay", "seed")
+SUMMARY_METRICS = ("return_mean_100", "sps", "eps_host", "updates")
+
+
+class MlflowSweep(Callback):
+    def __init__(self, uri: str | None, experiment: str | None) -> None:
+        self.uri, self.experiment = uri, experiment
+        self.client = None
+        self.parent_id: str | None = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.uri is None:  # tracking=none
+            return
+        from hetrl.tracking.mlflow import client_for
+
+        self.client, experiment_id = client_for(self.uri, self.experiment)
+        sweep_dir = str(config.hydra.sweep.dir)
+        run = self.client.create_run(
+            experiment_id,
+            run_name=f"sweep-{Path(sweep_dir).name}",
+            tags={"sweep": "true", "sweep_dir": sweep_dir,
+                  "overrides": " ".join(config.hydra.overrides.task)},
+        )
+        self.parent_id = run.info.run_id
+        os.environ[PARENT_ENV] = self.parent_id
+        atexit.register(self._close)
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        if self.parent_id is not None:
+            self._write_summary()
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._close()
+
+    def _children(self) -> list:
+        parent = self.client.get_run(self.parent_id)
+        return self.client.search_runs(
+            [parent.info.experiment_id],
+            filter_string=f"tags.mlflow.parentRunId = '{self.parent_id}'",
+            order_by=["attributes.start_time ASC"],
+        )
+
+    def _write_summary(self) -> list:
+        children = self._children()
+        header = ["run", *CHOICE_TAGS, "status", *SUMMARY_METRICS]
+        rows = [
+            [run.info.run_name, *(run.data.tags.get(t, "") for t in CHOICE_TAGS), run.info.status,
+             *(_fmt(run.data.metrics.get(m)) for m in SUMMARY_METRICS)]
+            for run in children
+        ]
+        counts = {s: sum(r.info.status == s for r in children) for s in ("FINISHED", "FAILED")}
+        text = io.StringIO()
+        csv.writer(text).writerows([header, *rows])
+        self.client.log_text(self.parent_id, text.getvalue(), "summary.csv")
+        table = [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}"]
+        table += [f"| {' | '.join(row)} |" for row in rows]
+        counted = f"{len(children)} jobs: {counts['FINISHED']} finished, {counts['FAILED']} failed"
+        self.client.log_text(self.parent_id, "\n".join([counted, "", *table, ""]), "summary.md")
+        for key, value in (("jobs", len(children)), ("jobs_finished", counts["FINISHED"]),
+                           ("jobs_failed", counts["FAILED"])):
+            self.client.log_metric(self.parent_id, key, value)
+        return children
+
+    def _close(self) -> None:
+        if self.parent_id is None:
+            return
+        children = self._write_summary()
+        statuses = {run.info.status for run in children}
+        status = "FAILED" if "FAILED" in statuses else "KILLED" if "KILLED" in statuses else "FINISHED"
+        self.client.set_terminated(self.parent_id, status=status)
+        os.environ.pop(PARENT_ENV, None)
+        self.parent_id = None
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None else f"{value:.4g}"

@@ -1,0 +1,3 @@
+import os
+
+os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"

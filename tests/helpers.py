@@ -1,0 +1,71 @@
+"""Shared helpers: compose configs in-process, run jobs in-process or through `python -m hetrl`,
+and read the real MLflow store they wrote."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from hetrl import CONF_DIR, experiment, schema
+
+os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+schema.register()
+
+
+def compose_job(*overrides: str) -> tuple[DictConfig, dict[str, str]]:
+    """The job config and runtime choices `python -m hetrl <overrides>` would get."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    choices = dict(cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg, choices
+
+
+def run_job(tmp_path: Path, *overrides: str) -> dict:
+    """Run one job in this process, tracking to a sqlite store under tmp_path."""
+    cfg, choices = compose_job(f"tracking.uri={tracking_uri(tmp_path)}", *overrides)
+    out = tmp_path / f"job{len(list(tmp_path.glob('job*')))}"
+    out.mkdir()
+    return experiment.run(cfg, choices, out)
+
+
+def tracking_uri(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def hetrl_cli(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python -m hetrl <args>` in tmp_path, tracking there; outputs captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}", *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+    )
+
+
+def mlflow_runs(tmp_path: Path) -> list:
+    client = MlflowClient(tracking_uri(tmp_path))
+    experiment_ = client.get_experiment_by_name("hetrl")
+    return client.search_runs([experiment_.experiment_id], order_by=["attributes.start_time ASC"])
+
+
+def metric_history(tmp_path: Path, run_id: str, key: str) -> list[tuple[int, float]]:
+    client = MlflowClient(tracking_uri(tmp_path))
+    return [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> MlflowClient:
+    return MlflowClient(tracking_uri(tmp_path))
+
+
+

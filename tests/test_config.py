@@ -1,0 +1,145 @@
+"""Every option of every config group composes, validates and builds; bad input is named."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+import torch
+from helpers import compose_job, hetrl_cli, tracking_uri
+from hydra.errors import ConfigCompositionException, InstantiationException
+from hydra.utils import instantiate
+
+from hetrl.options import GROUPS, algos_for, group_options, option_config
+from hetrl.schema import ActionSpace, ConfigError, validate
+
+ALL_OPTIONS = [(group, option) for group in GROUPS for option in group_options(group)]
+
+
+def _fitting_algo(env_option: str) -> str:
+    return algos_for(ActionSpace(option_config("env", env_option).action_space))[0]
+
+
+def test_the_conf_tree_has_every_group():
+    assert all(group_options(group) for group in GROUPS)
+
+
+@pytest.mark.parametrize(("group", "option"), ALL_OPTIONS, ids=[f"{g}={o}" for g, o in ALL_OPTIONS])
+def test_every_option_composes_validates_and_builds(group, option, tmp_path):
+    overrides = [f"{group}={option}", f"tracking.uri={tracking_uri(tmp_path)}"]
+    if group == "env":
+        overrides.append(f"algo={_fitting_algo(option)}")
+    cfg, choices = compose_job(*overrides)
+    assert choices[group] == option
+    validate(cfg, choices)
+
+    envs = instantiate(cfg.env)
+    spaces = {"obs_space": envs.single_observation_space, "act_space": envs.single_action_space}
+    built = {
+        "env": lambda: envs,
+        "algo": lambda: instantiate(cfg.algo, **spaces, device=torch.device("cpu")),
+        "replay": lambda: instantiate(cfg.replay, **spaces, device=torch.device("cpu")),
+    }.get(group, lambda: instantiate(cfg[group]))()
+
+    if group == "env":
+        obs, _ = built.reset(seed=0)
+        assert obs.shape == (cfg.env.n_envs, *built.single_observation_space.shape)
+    elif group == "algo":
+        obs, _ = envs.reset(seed=0)
+        actions = built.act(obs, step=0)
+        assert all(built_action in envs.single_action_space for built_action in actions)
+    elif group == "replay":
+        obs, _ = envs.reset(seed=0)
+        actions = envs.action_space.sample()
+        built.add(obs, actions, [1.0] * len(obs), obs, [0.0] * len(obs))
+        assert len(built) == len(obs) and built.sample(4).obs.shape[0] == 4
+    elif group == "platform":
+        assert isinstance(built.device, torch.device)
+    elif group == "precision":
+        with built.autocast(torch.device("cpu")):
+            torch.ones(2) @ torch.ones(2)
+    elif group == "scheduler":
+        assert callable(built.run)
+    elif group == "tracking":
+        built.start("probe", tags={})
+        built.end("FINISHED")
+    envs.close()
+
+
+def test_each_algo_brings_an_env_that_fits_and_env_wins():
+    for algo in group_options("algo"):
+        cfg, choices = compose_job(f"algo={algo}")
+        validate(cfg, choices)
+    cfg, choices = compose_job("algo=td3", "env=inverted_pendulum")
+    assert choices["env"] == "inverted_pendulum" and cfg.env.id == "InvertedPendulum-v5"
+
+
+def test_tuned_hyperparameters_apply_and_command_line_wins():
+    cfg, _ = compose_job("algo=dqn", "env=cartpole")
+    assert cfg.algo.train_freq == 256 and cfg.algo.hidden == [256, 256]
+    cfg, _ = compose_job("algo=dqn", "env=cartpole", "algo.train_freq=4", "steps=123")
+    assert cfg.algo.train_freq == 4 and cfg.steps == 123
+
+
+def test_unknown_option_names_it_and_the_choices():
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_job("algo=foo")
+    message = str(err.value)
+    assert "algo/foo" in message and all(name in message for name in ("dqn", "ddpg", "td3"))
+
+
+def test_wrong_type_names_the_key_and_value():
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_job("algo.batch_size=abc")
+    message = str(err.value) + str(err.value.__cause__)
+    assert "abc" in message and "algo.batch_size" in message and "Integer" in message
+
+
+@pytest.mark.parametrize(("override", "named"), [
+    ("steps=-5", "steps=-5"),
+    ("algo.lr=0", "algo.lr=0.0"),
+    ("algo.gamma=1.5", "algo.gamma=1.5"),
+    ("env.n_envs=0", "env.n_envs=0"),
+    ("env.vectorization=threads", "env.vectorization='threads'"),
+])
+def test_out_of_range_values_are_named_with_the_valid_range(override, named):
+    cfg, choices = compose_job(override)
+    with pytest.raises(ConfigError, match="valid values are") as err:
+        validate(cfg, choices)
+    assert named in str(err.value)
+
+
+def test_incompatible_algo_and_env_name_both_and_the_choices():
+    cfg, choices = compose_job("algo=dqn", "env=pendulum")
+    with pytest.raises(ConfigError) as err:
+        validate(cfg, choices)
+    message = str(err.value)
+    assert "algo=dqn" in message and "env=pendulum" in message
+    assert "['cartpole']" in message and "['ddpg', 'td3']" in message
+
+
+def test_declared_action_space_is_checked_against_the_real_env():
+    cfg, _ = compose_job("env=cartpole", "env.action_space=continuous", "algo=ddpg")
+    with pytest.raises(InstantiationException, match="does not match CartPole-v1"):
+        instantiate(cfg.env)
+
+
+def test_cli_rejects_bad_input_with_a_message_and_nonzero_exit(tmp_path):
+    bad_budget = hetrl_cli(tmp_path, "steps=-5")
+    assert bad_budget.returncode != 0
+    assert "steps=-5 is invalid" in bad_budget.stderr + bad_budget.stdout
+    unknown = hetrl_cli(tmp_path, "precision=int3")
+    assert unknown.returncode != 0
+    assert "precision/int3" in unknown.stderr and "fp32" in unknown.stderr
+
+
+def test_help_lists_groups_and_options(tmp_path):
+    out = hetrl_cli(tmp_path, "--help")
+    assert out.returncode == 0
+    for group in GROUPS:
+        assert f"{group}: " in out.stdout
+    assert "ddpg, dqn, td3" in out.stdout
+
+
+def test_gymnasium_envs_are_real():
+    for option in group_options("env"):
+        assert option_config("env", option).id in gym.registry
