@@ -1,3 +1,15 @@
 import os
+from pathlib import Path
+
+import pytest
 
 os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+
+
+@pytest.fixture
+def client(tmp_path: Path):
+    """A client of the sqlite MLflow store the test's jobs write to."""
+    from helpers import tracking_uri
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri(tmp_path))

@@ -8,15 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from mlflow.tracking import MlflowClient
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
 from hetrl import CONF_DIR, experiment, schema
 
-os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
 schema.register()
 
 
@@ -45,8 +43,10 @@ def tracking_uri(tmp_path: Path) -> str:
 
 def hetrl_cli(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """`python -m hetrl <args>` in tmp_path, tracking there; outputs captured."""
+    flags = [a for a in args if a.startswith("-")]
+    overrides = [a for a in args if not a.startswith("-")]
     return subprocess.run(
-        [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}", *args],
+        [sys.executable, "-m", "hetrl", *flags, f"tracking.uri={tracking_uri(tmp_path)}", *overrides],
         cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
         env={**os.environ, "HYDRA_FULL_ERROR": "0"},
     )
@@ -61,11 +61,6 @@ def mlflow_runs(tmp_path: Path) -> list:
 def metric_history(tmp_path: Path, run_id: str, key: str) -> list[tuple[int, float]]:
     client = MlflowClient(tracking_uri(tmp_path))
     return [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
-
-
-@pytest.fixture
-def client(tmp_path: Path) -> MlflowClient:
-    return MlflowClient(tracking_uri(tmp_path))
 
 
 

@@ -1,0 +1,76 @@
+"""MLflow runs tell the truth: tags, params, metrics, artifacts, statuses, sweeps."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import hetrl_cli, mlflow_runs, run_job
+
+QUICK = ("algo=dqn", "env=cartpole", "steps=1200", "algo.learning_starts=200", "algo.train_freq=4",
+         "algo.gradient_steps=1", "log_every=300")
+
+
+def test_a_finished_job_logs_tags_params_metrics_and_artifacts(tmp_path, client):
+    result = run_job(tmp_path, *QUICK)
+    (run,) = mlflow_runs(tmp_path)
+    assert run.info.run_id == result["run_id"] and run.info.status == "FINISHED"
+    tags = run.data.tags
+    assert {k: tags[k] for k in ("algo", "env", "platform", "precision", "scheduler")} == {
+        "algo": "dqn", "env": "cartpole", "platform": "host", "precision": "fp32",
+        "scheduler": "sync"}
+    params = run.data.params
+    assert params["algo.lr"] == "0.0023" and params["steps"] == "1200"
+    assert params["env.id"] == "CartPole-v1" and params["host.device"] == "cpu"
+    metrics = run.data.metrics
+    for key in ("return_mean_100", "sps", "eps_host", "phase/update_pct", "phase/env_s"):
+        assert metrics[key] > 0, key
+    shares = sum(v for k, v in metrics.items() if k.endswith("_pct"))
+    assert 50 < shares <= 100.5  # phases cover most of the loop's wall time
+    history = client.get_metric_history(run.info.run_id, "sps")
+    assert [m.step for m in history] == [300, 600, 900, 1200]
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "learning_curve.png", "checkpoint.pt"} <= artifacts
+
+
+def test_a_failing_job_ends_failed_with_its_traceback(tmp_path, client):
+    with pytest.raises(Exception, match="NoSuchEnv"):
+        run_job(tmp_path, *QUICK, "env.id=NoSuchEnv-v0")
+    (run,) = mlflow_runs(tmp_path)
+    assert run.info.status == "FAILED"
+    error = client.download_artifacts(run.info.run_id, "error.txt", str(tmp_path))
+    assert "NoSuchEnv" in open(error).read()
+
+
+def test_bad_input_marks_the_run_failed_not_running(tmp_path):
+    with pytest.raises(ValueError, match="steps=-1 is invalid"):
+        run_job(tmp_path, *QUICK, "steps=-1")
+    assert [r.info.status for r in mlflow_runs(tmp_path)] == ["FAILED"]
+
+
+def test_a_sweep_across_action_spaces_is_one_parent_with_children(tmp_path, client):
+    out = hetrl_cli(tmp_path, "-m", "algo=dqn,ddpg", "steps=400", "algo.learning_starts=100",
+                    "algo.batch_size=32", "algo.hidden=[32]", "log_every=200")
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = mlflow_runs(tmp_path)
+    parents = [r for r in runs if r.data.tags.get("sweep") == "true"]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    parent_id = parents[0].info.run_id
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent_id]
+    assert sorted((c.data.tags["algo"], c.data.tags["env"]) for c in children) == [
+        ("ddpg", "pendulum"), ("dqn", "cartpole")]
+    assert all(c.info.status == "FINISHED" for c in children)
+    artifacts = {a.path for a in client.list_artifacts(parent_id)}
+    assert {"summary.csv", "summary.md"} <= artifacts
+    summary = open(client.download_artifacts(parent_id, "summary.md", str(tmp_path))).read()
+    assert "2 jobs: 2 finished, 0 failed" in summary and "pendulum" in summary
+
+
+def test_a_failing_job_does_not_stop_the_sweep_and_is_counted(tmp_path, client):
+    out = hetrl_cli(tmp_path, "-m", *QUICK, "env.id=NoSuchEnv-v0,CartPole-v1", "steps=300")
+    assert out.returncode != 0  # the sweep reports the failure
+    runs = mlflow_runs(tmp_path)
+    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "true"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(c.info.status for c in children) == ["FAILED", "FINISHED"]
+    assert parent.info.status == "FAILED"
+    summary = open(client.download_artifacts(parent.info.run_id, "summary.md", str(tmp_path))).read()
+    assert "2 jobs: 1 finished, 1 failed" in summary
