@@ -542,13 +542,14 @@ def main() -> None:
             r["extra"] = extra
             if r["aborted"]:
                 say(f"     ABORTED ({r['aborted']}; limit {limit_s:.0f} s): sps so far "
-                    f"{r['sps']:.1f}")
+                    f"{r['sps']:.1f} (counts the update-free learning_starts steps; not used)")
             else:
                 say(f"     sps {r['sps']:.0f}, updates/s {r['ups']:.0f}, updates "
                     f"{r['updates']:.0f}, loop {r['loop_s']:.1f} s; phases (s): "
                     + ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items()))
             best_runs.append(r)
-        best = max(best_runs, key=lambda r: r["sps"])
+        finished = [r for r in best_runs if not r["aborted"]]
+        best = max(finished, key=lambda r: r["sps"]) if finished else None
         probes.append(probe_cores())
         say(f"   host check: {probe_text(probes[-1])}")
         results.append((w, lr, he, se, best, best_runs))
@@ -579,7 +580,9 @@ def report(results, args, total: float, probes: list[dict[str, float]]) -> None:
             threads = next((x.split("=")[1] for x in r["extra"]
                             if x.startswith("platform.threads")), "1")
             if r["aborted"]:
-                tag += f" (ABORTED: {r['aborted']})"
+                say(f"| {w.name} | hetrl candidate, ABORTED ({r['aborted']}) | {threads} "
+                    f"| {setting or 'fp32, 1 env'} | - | - | - | - |")
+                continue
             say(f"| {w.name} | hetrl candidate{tag} | {threads} | {setting or 'fp32, 1 env'} "
                 f"| {fmt(r['sps'])} | {fmt(r['ups'])} | {r['updates']:.0f} "
                 f"| {r['sps'] / se['sps']:.2f}x |")
@@ -609,12 +612,14 @@ def report(results, args, total: float, probes: list[dict[str, float]]) -> None:
         + ").")
 
     say("\n### hetrl phases, end to end (seconds of the training loop; `phase/<name>_s`)\n")
-    names = sorted({k for _, _, he, _, best, _ in results for k in {**he["phases"],
-                                                                     **best["phases"]}})
+    names = sorted({k for _, _, he, _, best, _ in results
+                    for k in {**he["phases"], **(best or he)["phases"]}})
     say("| workload | run | loop s | " + " | ".join(names) + " | other |")
     say("|---|---|---|" + "---|" * (len(names) + 1))
     for w, _, he, _, best, _ in results:
         for label, r in (("threads 1", he), ("best", best)):
+            if r is None:
+                continue
             other = r["loop_s"] - sum(r["phases"].values())
             say(f"| {w.name} | {label} | {r['loop_s']:.1f} | "
                 + " | ".join(f"{r['phases'].get(n, 0):.2f} ({100 * r['phases'].get(n, 0) / r['loop_s']:.0f}%)"
@@ -625,9 +630,13 @@ def report(results, args, total: float, probes: list[dict[str, float]]) -> None:
     say("| goal | measured | status |")
     say("|---|---|---|")
     for w, lr, he, se, best, _ in results:
-        ratio = best["sps"] / se["sps"]
-        say(f"| {w.name}: hetrl best >= 2x SB3 env steps/s | {ratio:.2f}x "
-            f"({' '.join(best['extra'])}) | {verdict(ratio >= 2.0)} |")
+        if best is None:
+            say(f"| {w.name}: hetrl best >= 2x SB3 env steps/s | every candidate aborted "
+                f"(see host checks) | not measured |")
+        else:
+            ratio = best["sps"] / se["sps"]
+            say(f"| {w.name}: hetrl best >= 2x SB3 env steps/s | {ratio:.2f}x "
+                f"({' '.join(best['extra'])}) | {verdict(ratio >= 2.0)} |")
         need = 1.3 if w.algo == "dqn" else 1.0
         ratio = lr["hetrl"] / lr["sb3"]
         say(f"| {w.name}: hetrl learner >= {need}x SB3 (1 thread) | {ratio:.2f}x "

@@ -10,13 +10,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+import gymnasium as gym
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from hetrl import checkpoint
+from hetrl.algos.base import Learner
 from hetrl.envs.state import env_state, load_env_state
 from hetrl.options import GROUPS
 from hetrl.progress import TrainingProgress
+from hetrl.replay.uniform import UniformReplay
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState
 from hetrl.schema import validate
@@ -119,7 +122,14 @@ def _train(
     return results
 
 
-def _restore(saved: dict[str, Any], envs, learner, replay, state: LoopState, seed: int) -> None:
+def _restore(
+    saved: dict[str, Any],
+    envs: gym.vector.VectorEnv,
+    learner: Learner,
+    replay: UniformReplay,
+    state: LoopState,
+    seed: int,
+) -> None:
     learner.restore(saved["learner"])
     replay.load_state_dict(saved["replay"])
     state.__dict__.update(vars(saved["loop"]))

@@ -8,6 +8,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from hetrl import CONF_DIR
+from hetrl.schema import ActionSpace
 
 GROUPS = ("algo", "env", "platform", "precision", "scheduler", "replay", "tracking")
 """The config groups a user chooses from (`tuned` and `schema` are internal)."""
@@ -24,17 +25,13 @@ def option_config(group: str, name: str) -> DictConfig:
     return OmegaConf.load(CONF_DIR / group / f"{name}.yaml")
 
 
-def learner_class(target: str) -> type:
-    return get_class(target)
-
-
-def envs_for(action_space) -> list[str]:
+def envs_for(action_space: ActionSpace) -> list[str]:
     """Env options whose action space is of the given kind."""
     return [name for name in group_options("env")
             if option_config("env", name).action_space == action_space.value]
 
 
-def algos_for(action_space) -> list[str]:
+def algos_for(action_space: ActionSpace) -> list[str]:
     """Algo options whose learner needs the given kind of action space."""
     return [name for name in group_options("algo")
-            if learner_class(option_config("algo", name)._target_).action_space == action_space]
+            if get_class(option_config("algo", name)._target_).action_space == action_space]

@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Any, Mapping, Optional
 
 from hydra.core.config_store import ConfigStore
+from hydra.utils import get_class
 from omegaconf import II, MISSING, DictConfig, OmegaConf
 
 
@@ -250,9 +251,9 @@ def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
 
 
 def _check_algo_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
-    from hetrl.options import algos_for, envs_for, learner_class
+    from hetrl.options import algos_for, envs_for  # options reads the conf tree: import late
 
-    needs = learner_class(cfg.algo._target_).action_space
+    needs = get_class(cfg.algo._target_).action_space
     has = ActionSpace(cfg.env.action_space)
     if needs != has:
         raise ConfigError(
