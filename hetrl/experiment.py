@@ -82,6 +82,8 @@ def _train(
     envs = instantiate(cfg.env)
     spaces = {"obs_space": envs.single_observation_space, "act_space": envs.single_action_space}
     learner = instantiate(cfg.algo, **spaces, device=platform.device)
+    precision = instantiate(cfg.precision)
+    learner.scaler = precision.grad_scaler(platform.device)
     replay = instantiate(cfg.replay, **spaces, device=platform.device)
     state = LoopState()
     if saved is None:
@@ -107,7 +109,7 @@ def _train(
         progress.update(step, metrics)
 
     training = Training(
-        envs=envs, learner=learner, replay=replay, precision=instantiate(cfg.precision),
+        envs=envs, learner=learner, replay=replay, precision=precision,
         steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
         report=report, checkpoint=save_checkpoint, stop=stop,
     )

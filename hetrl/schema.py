@@ -16,6 +16,8 @@ from hydra.core.config_store import ConfigStore
 from hydra.utils import get_class
 from omegaconf import II, MISSING, DictConfig, OmegaConf
 
+from hetrl.partition.graph import Kind
+
 
 class ConfigError(ValueError):
     """A config value is out of range or two choices do not fit together."""
@@ -46,6 +48,7 @@ class Noise(str, Enum):
 class DType(str, Enum):
     float32 = "float32"
     bfloat16 = "bfloat16"
+    float16 = "float16"
 
 
 # ---- env -------------------------------------------------------------------------------
@@ -161,10 +164,145 @@ class HostPlatformConfig:
                  "null or integers >= 1")
 
 
+class DeviceKind(str, Enum):
+    cpu = "cpu"
+    fpga = "fpga"
+    aie = "aie"
+    gpu = "gpu"
+    dsp = "dsp"
+
+
+@dataclass
+class DeviceSpec:
+    """One compute unit of a modeled platform (hetrl.platform.model explains the formulas).
+
+    `rates` are *effective* (sustained) FLOP/s per dtype the unit can compute in, natively or
+    emulated; `peak` holds raw peaks for reference only. `capacity` names the resources this
+    unit owns (names are unique on a platform); `usage[kind][resource]` is what one node of
+    that kind placed here takes, from this unit's or another unit's resources (an AIE node
+    also takes PL LUTs for its PLIO data movers).
+    """
+
+    kind: DeviceKind = MISSING
+    rates: dict[DType, float] = MISSING  # FLOP/s
+    native: list[DType] = MISSING  # dtypes computed without emulation
+    peak: dict[DType, float] = field(default_factory=dict)  # FLOP/s, reference only
+    mem_bandwidth: float = MISSING  # bytes/s
+    launch_s: float = 0.0  # kernel launch / initialization, paid by every node
+    runs: list[Kind] = field(default_factory=lambda: list(Kind))  # node kinds it may run
+    capacity: dict[str, float] = field(default_factory=dict)
+    # dict[str, Any]: OmegaConf rejects ints in a dict of dict of float; checked below
+    usage: dict[Kind, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class LinkSpec:
+    """A symmetric link between two devices of a modeled platform."""
+
+    between: list[str] = MISSING  # two device names
+    bandwidth: float = MISSING  # bytes/s
+    latency_s: float = 0.0
+    runtime_overhead_s: float = 0.0  # host-runtime cost of every transfer (PEARL artifact: 1 ms)
+    shared_memory: bool = False  # one address space: a transfer copies nothing and costs 0
+
+
+@dataclass
+class ModeledPlatformConfig:
+    _target_: str = MISSING
+    _convert_: str = "object"  # the model gets DeviceSpec and LinkSpec objects, not dicts
+    name: str = MISSING
+    device: Device = II("device")  # the torch device the numerics really run on (this host)
+    host: str = MISSING  # the modeled device that keeps the fp32 master weights
+    devices: dict[str, DeviceSpec] = MISSING
+    links: list[LinkSpec] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        names = sorted(self.devices)
+        _require(len(names) > 0, "platform.devices", names, "a non-empty mapping of devices")
+        _require(self.host in self.devices, "platform.host", self.host, f"one of {names}")
+        owners = [r for spec in self.devices.values() for r in spec.capacity]
+        _require(len(owners) == len(set(owners)), "platform.devices.*.capacity", owners,
+                 "resource names that are unique across devices")
+        for name, spec in self.devices.items():
+            _check_device(f"platform.devices.{name}", spec, set(owners))
+        pairs: set[frozenset[str]] = set()
+        for i, link in enumerate(self.links):
+            key = f"platform.links.{i}"
+            ends = list(link.between)
+            _require(len(ends) == 2 and ends[0] != ends[1] and set(ends) <= set(names),
+                     f"{key}.between", ends, f"two different devices of {names}")
+            _require(frozenset(ends) not in pairs, f"{key}.between", ends,
+                     "a pair of devices not linked already")
+            pairs.add(frozenset(ends))
+            _require(link.bandwidth > 0, f"{key}.bandwidth", link.bandwidth, "floats > 0 (bytes/s)")
+            _require(link.latency_s >= 0, f"{key}.latency_s", link.latency_s, "floats >= 0")
+            _require(link.runtime_overhead_s >= 0, f"{key}.runtime_overhead_s",
+                     link.runtime_overhead_s, "floats >= 0")
+        unreachable = sorted(set(names) - _reachable(self.host, pairs))
+        _require(not unreachable, "platform.links", f"no route to {unreachable}",
+                 f"links that connect every device to the host {self.host!r}")
+
+
+def _check_device(key: str, spec: DeviceSpec, resources: set[str]) -> None:
+    _require(len(spec.rates) > 0 and all(r > 0 for r in spec.rates.values()), f"{key}.rates",
+             dict(spec.rates), "a non-empty mapping of dtype -> FLOP/s > 0")
+    _require(set(spec.native) <= set(spec.rates), f"{key}.native", list(spec.native),
+             f"dtypes that have a rate ({sorted(d.value for d in spec.rates)})")
+    _require(all(p > 0 for p in spec.peak.values()), f"{key}.peak", dict(spec.peak),
+             "FLOP/s > 0")
+    _require(spec.mem_bandwidth > 0, f"{key}.mem_bandwidth", spec.mem_bandwidth,
+             "floats > 0 (bytes/s)")
+    _require(spec.launch_s >= 0, f"{key}.launch_s", spec.launch_s, "floats >= 0 (seconds)")
+    _require(len(spec.runs) > 0, f"{key}.runs", list(spec.runs),
+             f"a non-empty list of {[k.value for k in Kind]}")
+    _require(all(c >= 0 for c in spec.capacity.values()), f"{key}.capacity",
+             dict(spec.capacity), "amounts >= 0")
+    for kind, amounts in spec.usage.items():
+        _require(kind in spec.runs, f"{key}.usage", kind.value,
+                 f"node kinds the device runs ({[k.value for k in spec.runs]})")
+        _require(set(amounts) <= resources
+                 and all(isinstance(a, (int, float)) and a >= 0 for a in amounts.values()),
+                 f"{key}.usage.{kind.value}", dict(amounts),
+                 f"amounts >= 0 of the platform's resources ({sorted(resources)})")
+
+
+def _reachable(start: str, pairs: set[frozenset[str]]) -> set[str]:
+    seen, frontier = {start}, [start]
+    while frontier:
+        here = frontier.pop()
+        for pair in pairs:
+            if here in pair:
+                (other,) = pair - {here}
+                if other not in seen:
+                    seen.add(other)
+                    frontier.append(other)
+    return seen
+
+
+@dataclass
+class LossScalingConfig:
+    _target_: str = "hetrl.precision.scaling.LossScaling"
+    init_scale: float = 2.0**16
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 200
+
+    def __post_init__(self) -> None:
+        _require(self.init_scale > 0, "precision.loss_scaling.init_scale", self.init_scale,
+                 "floats > 0")
+        _require(self.growth_factor > 1, "precision.loss_scaling.growth_factor",
+                 self.growth_factor, "floats > 1")
+        _require(0 < self.backoff_factor < 1, "precision.loss_scaling.backoff_factor",
+                 self.backoff_factor, "floats in (0, 1)")
+        _require(self.growth_interval >= 1, "precision.loss_scaling.growth_interval",
+                 self.growth_interval, "integers >= 1")
+
+
 @dataclass
 class UniformPrecisionConfig:
     _target_: str = MISSING
     dtype: DType = DType.float32
+    loss_scaling: LossScalingConfig = field(default_factory=LossScalingConfig)
 
 
 @dataclass
@@ -224,7 +362,7 @@ class RunConfig:
 SCHEMAS: dict[str, dict[str, type]] = {
     "env": {"gymnasium": EnvConfig},
     "algo": {"dqn": DQNConfig, "ddpg": DDPGConfig, "td3": TD3Config},
-    "platform": {"host": HostPlatformConfig},
+    "platform": {"host": HostPlatformConfig, "modeled": ModeledPlatformConfig},
     "precision": {"uniform": UniformPrecisionConfig},
     "scheduler": {"sync": SyncSchedulerConfig},
     "replay": {"uniform": UniformReplayConfig},

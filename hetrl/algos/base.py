@@ -53,6 +53,8 @@ class Learner(nn.Module):
         self.lr = lr
         self.gamma = gamma
         self.updates = 0
+        self.scaler: torch.amp.GradScaler | None = None  # float16 loss scaling, if any
+        self.skipped_steps = 0  # optimizer steps skipped on float16 overflow
 
     def act(self, obs: np.ndarray, step: int | None) -> np.ndarray:
         """Actions for a batch of observations; `step` (env steps so far) asks for
@@ -62,6 +64,27 @@ class Learner(nn.Module):
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One gradient step; returns detached scalar tensors (no host sync here)."""
         raise NotImplementedError
+
+    def optimize(
+        self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float | None = None
+    ) -> None:
+        """Backward and step, through the loss scaler when float16 asks for one: an
+        overflowing step is skipped, the weights stay as they were, and it is counted."""
+        scaler = self.scaler
+        optimizer.zero_grad(set_to_none=True)
+        (loss if scaler is None else scaler.scale(loss)).backward()
+        if max_grad_norm is not None:
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+        if scaler is None:
+            optimizer.step()
+            return
+        scale = scaler.get_scale()
+        scaler.step(optimizer)
+        scaler.update()
+        self.skipped_steps += int(scaler.get_scale() < scale)
 
     def end_episodes(self, done: np.ndarray) -> None:
         """Called with a mask of the envs whose episode just ended (noise processes reset)."""
@@ -77,6 +100,8 @@ class Learner(nn.Module):
             "modules": self.state_dict(),
             "optimizers": {k: opt.state_dict() for k, opt in self._optimizers().items()},
             "updates": self.updates,
+            "skipped_steps": self.skipped_steps,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -84,3 +109,6 @@ class Learner(nn.Module):
         for key, opt in self._optimizers().items():
             opt.load_state_dict(state["optimizers"][key])
         self.updates = state["updates"]
+        self.skipped_steps = state["skipped_steps"]
+        if self.scaler is not None:
+            self.scaler.load_state_dict(state["scaler"])

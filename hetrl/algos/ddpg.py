@@ -10,6 +10,9 @@ import torch.nn.functional as F
 from hetrl.algos.base import Batch, Learner
 from hetrl.algos.networks import Actor, QCritic, adam, flat_dim, frozen_copy, polyak_update
 from hetrl.algos.noise import ActionNoise
+from hetrl.partition.builder import mlp_input_shape
+from hetrl.partition.graph import TaskGraph
+from hetrl.partition.steps import actor_critic_step_graph
 from hetrl.schema import ActionSpace
 
 
@@ -50,6 +53,15 @@ class DDPG(Learner):
     def end_episodes(self, done: np.ndarray) -> None:
         self.noise.reset(done)
 
+    def task_graph(self, batch_size: int) -> TaskGraph:
+        """One `update` as a task graph."""
+        return actor_critic_step_graph(batch_size, mlp_input_shape(self.actor), self.actor,
+                                       self.actor_target, self._critics())
+
+    def _critics(self) -> dict[str, tuple[torch.nn.Module, torch.nn.Module]]:
+        """The critics the step trains, by name, each with its target."""
+        return {"critic": (self.critic, self.critic_target)}
+
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         with torch.no_grad():
             next_q = self.critic_target(batch.next_obs, self.actor_target(batch.next_obs))
@@ -57,14 +69,10 @@ class DDPG(Learner):
 
         q = self.critic(batch.obs, batch.actions)
         critic_loss = F.mse_loss(q, td_target)
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_optimizer.step()
+        self.optimize(self.critic_optimizer, critic_loss)
 
         actor_loss = -self.critic(batch.obs, self.actor(batch.obs)).mean()
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        self.actor_optimizer.step()
+        self.optimize(self.actor_optimizer, actor_loss)
 
         polyak_update(self.critic_target, self.critic, self.tau)
         polyak_update(self.actor_target, self.actor, self.tau)

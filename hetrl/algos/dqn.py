@@ -9,6 +9,9 @@ import torch.nn.functional as F
 
 from hetrl.algos.base import Batch, Learner
 from hetrl.algos.networks import adam, flat_dim, frozen_copy, mlp
+from hetrl.partition.builder import mlp_input_shape
+from hetrl.partition.graph import TaskGraph
+from hetrl.partition.steps import dqn_step_graph
 from hetrl.schema import ActionSpace
 
 
@@ -45,6 +48,11 @@ class DQN(Learner):
         fraction = min(1.0, step / self.exploration_steps)
         return self.eps_start + fraction * (self.eps_end - self.eps_start)
 
+    def task_graph(self, batch_size: int, obs_shape: tuple[int, ...] | None = None) -> TaskGraph:
+        """One `update` as a task graph; `obs_shape` is needed only for a convolutional Q."""
+        return dqn_step_graph(self.q, self.q_target, batch_size,
+                              obs_shape or mlp_input_shape(self.q), double_dqn=self.double_dqn)
+
     @torch.inference_mode()
     def act(self, obs: np.ndarray, step: int | None) -> np.ndarray:
         if step is None:
@@ -69,10 +77,7 @@ class DQN(Learner):
         q = self.q(batch.obs).gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
         loss = F.smooth_l1_loss(q, td_target)
 
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.q.parameters(), self.max_grad_norm, foreach=True)
-        self.optimizer.step()
+        self.optimize(self.optimizer, loss, max_grad_norm=self.max_grad_norm)
 
         self.updates += 1
         if self.updates % self.target_update_interval == 0:

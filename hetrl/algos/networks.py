@@ -1,4 +1,5 @@
-"""Building blocks the learners share: MLPs, a bounded actor, Q critics, Polyak averaging."""
+"""Building blocks the learners share: MLPs, the Nature CNN, a bounded actor, Q critics,
+Polyak averaging."""
 
 from __future__ import annotations
 
@@ -20,6 +21,18 @@ def mlp(sizes: list[int], output_activation: type[nn.Module] | None = None) -> n
     if output_activation is not None:
         layers.append(output_activation())
     return nn.Sequential(*layers)
+
+
+def nature_cnn(n_actions: int, in_channels: int = 4) -> nn.Sequential:
+    """The Q-network of Mnih et al. (2015) for stacks of 84×84 frames (AP-DRL's Breakout)."""
+    return nn.Sequential(
+        nn.Conv2d(in_channels, 32, kernel_size=8, stride=4), nn.ReLU(),
+        nn.Conv2d(32, 64, kernel_size=4, stride=2), nn.ReLU(),
+        nn.Conv2d(64, 64, kernel_size=3, stride=1), nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(64 * 7 * 7, 512), nn.ReLU(),
+        nn.Linear(512, n_actions),
+    )
 
 
 def flat_dim(space: gym.Space) -> int:

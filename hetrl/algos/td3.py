@@ -31,6 +31,10 @@ class TD3(DDPG):
         self.critic_optimizer = adam([*self.critic.parameters(), *self.critic2.parameters()], self.lr)
         self.last_actor_loss = torch.zeros((), device=self.device)
 
+    def _critics(self) -> dict[str, tuple[torch.nn.Module, torch.nn.Module]]:
+        return {"critic": (self.critic, self.critic_target),
+                "critic2": (self.critic2, self.critic2_target)}
+
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         with torch.no_grad():
             smoothing = (torch.randn_like(batch.actions) * self.target_noise).clamp(
@@ -46,16 +50,12 @@ class TD3(DDPG):
         q1 = self.critic(batch.obs, batch.actions)
         q2 = self.critic2(batch.obs, batch.actions)
         critic_loss = F.mse_loss(q1, td_target) + F.mse_loss(q2, td_target)
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_optimizer.step()
+        self.optimize(self.critic_optimizer, critic_loss)
 
         self.updates += 1
         if self.updates % self.policy_delay == 0:
             actor_loss = -self.critic(batch.obs, self.actor(batch.obs)).mean()
-            self.actor_optimizer.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            self.actor_optimizer.step()
+            self.optimize(self.actor_optimizer, actor_loss)
             self.last_actor_loss = actor_loss.detach()
 
             polyak_update(self.critic_target, self.critic, self.tau)

@@ -1,1 +1,1 @@
-"""Platforms: the devices a job runs on (measured host) or is modeled on (later: YAML)."""
+"""Platforms: the devices a job runs on (measured host) or is modeled on (one YAML each)."""

@@ -36,15 +36,16 @@ TRAINING_PHASES = ("replay_add", "sample", "update")
 """PEARL's training iteration: what eps_host divides by."""
 
 
-def loop_metrics(state: LoopState, batch_size: int, learner_metrics: dict) -> dict[str, float]:
+def loop_metrics(state: LoopState, learner: Learner, learner_metrics: dict) -> dict[str, float]:
     """The metrics of DESIGN.md at this point of the loop."""
     wall = max(state.elapsed_s, 1e-9)
     train_s = sum(state.phase_s.get(name, 0.0) for name in TRAINING_PHASES)
     metrics = {
         "sps": state.step / wall,
-        "eps_host": batch_size * state.updates / train_s if train_s > 0 else 0.0,
+        "eps_host": learner.batch_size * state.updates / train_s if train_s > 0 else 0.0,
         "episodes": float(state.episodes),
         "updates": float(state.updates),
+        "precision/skipped_steps": float(learner.skipped_steps),
     }
     if (mean := state.return_mean_100()) is not None:
         metrics["return_mean_100"] = mean

@@ -72,10 +72,10 @@ class SyncScheduler:
                 t.checkpoint(state)
                 raise Stopped(f"stopped at step {state.step}")
             if log_due:
-                metrics = loop_metrics(state, learner.batch_size, learner_metrics)
+                metrics = loop_metrics(state, learner, learner_metrics)
                 if "return_mean_100" in metrics:
                     state.history.append((state.step, metrics["return_mean_100"]))
                 t.report(state.step, metrics)
             if _crossed(state.step, n_envs, t.checkpoint_every) and not finished:
                 t.checkpoint(state)
-        return loop_metrics(state, learner.batch_size, learner_metrics)
+        return loop_metrics(state, learner, learner_metrics)

@@ -1,0 +1,1 @@
+"""Partitioning a training step over a platform's devices (AP-DRL, PEARL)."""

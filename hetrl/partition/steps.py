@@ -1,0 +1,64 @@
+"""The training step of each algorithm as a task graph, pass for pass as its `update` runs.
+
+What counts against Table III (spec §A.6): we count every weight-layer pass the step really
+runs (`flops.PAPER_KINDS`), target forwards included. That matches DQN-Breakout to 0.15 % and
+overshoots the MLP rows by +21 % to +27 % (the paper seems to leave out target forwards there);
+one convention for all rows rather than one per row.
+
+Target-network syncs (DQN's periodic copy, Polyak averaging) are not nodes.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from hetrl.partition.builder import StepGraph
+from hetrl.partition.graph import TaskGraph
+
+
+def dqn_step_graph(q: nn.Module, q_target: nn.Module, batch_size: int, obs_shape: tuple[int, ...],
+                   *, double_dqn: bool = False) -> TaskGraph:
+    """Online forward on obs, target forward on next_obs (plus the online one for double DQN),
+    the TD loss, backward through the online network and its per-layer updates."""
+    step = StepGraph(batch_size)
+    q_obs = step.forward("q", q, obs_shape)
+    next_values = [step.forward("q_target", q_target, obs_shape)]
+    if double_dqn:
+        next_values.append(step.forward("q", q, obs_shape))
+    loss = step.loss("td_loss", q_obs, *next_values)
+    step.backward(q_obs, loss)
+    step.update(q_obs)
+    return step.graph
+
+
+def actor_critic_step_graph(batch_size: int, obs_shape: tuple[int, ...], actor: nn.Module,
+                            actor_target: nn.Module,
+                            critics: dict[str, tuple[nn.Module, nn.Module]]) -> TaskGraph:
+    """DDPG (one critic) or TD3 (twin critics), `critics` mapping name -> (critic, target).
+
+    Critic step: actor target and critic targets on next_obs, critics on (obs, action), the
+    critic loss, backward and update of every critic. Actor step: actor on obs, the first
+    critic (already updated) on its actions, the actor loss, backward through that critic,
+    input gradient included, into the actor, and the actor's update (torch also computes the
+    critic's weight gradients there, then discards them: they are counted). TD3 runs the actor step
+    every `policy_delay` steps; this graph is a step that runs it (the longest one).
+    """
+    step = StepGraph(batch_size)
+    next_actions = step.forward("actor_target", actor_target, obs_shape)
+    targets = [step.forward(f"{name}_target", target, obs_shape, next_actions)
+               for name, (_, target) in critics.items()]
+    values = [step.forward(name, critic, obs_shape, next_actions.out_shape)
+              for name, (critic, _) in critics.items()]
+    critic_loss = step.loss("critic_loss", *values, *targets)
+    for value in values:
+        step.backward(value, critic_loss)
+        step.update(value)
+
+    actions = step.forward("actor", actor, obs_shape)
+    name, (critic, _) = next(iter(critics.items()))
+    policy_value = step.forward(name, critic, obs_shape, actions)
+    actor_loss = step.loss("actor_loss", policy_value)
+    action_grad = step.backward(policy_value, actor_loss, input_grad=True)
+    step.backward(actions, action_grad)
+    step.update(actions)
+    return step.graph

@@ -1,0 +1,116 @@
+"""An analytical platform: roofline node times with launch overhead, and link transfer times.
+
+Every number comes from the platform's YAML (conf/platform/*.yaml, schema
+`hetrl.schema.ModeledPlatformConfig`); none of it is measured. A node i on device k in dtype d
+takes
+
+    t = launch_s[k] + max(flops_i / rate[k][d], bytes_i(d) / mem_bandwidth[k])
+
+with bytes_i = bytes_in + bytes_out + param_bytes, given for float32 and scaled by d's width
+(specs/ap-drl-pearl.md §A.2.4). The numerics of a job still run for real on this host
+(`.device`); only the step time is modeled.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from hetrl.partition.costs import CostTable
+from hetrl.partition.graph import Node, TaskGraph
+from hetrl.platform.host import resolve_device
+from hetrl.platform.links import LinkNetwork
+from hetrl.schema import DeviceKind, DeviceSpec, DType, LinkSpec
+
+DTypeFor = Callable[[Node, str], str]
+"""The precision policy's choice: the dtype a node computes in on a device."""
+
+MASTER_WEIGHT_DTYPES = frozenset({DType.float16})
+"""Dtypes that train on a working copy of higher-precision master weights (AP-DRL Table II)."""
+
+
+def dtype_scale(dtype: str) -> float:
+    """Bytes of a tensor in `dtype` per byte of the same tensor in float32."""
+    return getattr(torch, DType(dtype).value).itemsize / 4
+
+
+class ModeledPlatform:
+    """Devices with effective per-dtype rates, memory bandwidth, launch overhead, allowed node
+    kinds and resources, joined by links (see `LinkNetwork`)."""
+
+    def __init__(self, name: str, device: str, host: str, devices: Mapping[str, DeviceSpec],
+                 links: Sequence[LinkSpec] = ()) -> None:
+        self.name = name
+        self.device = resolve_device(device)
+        self.host = host
+        self.specs = dict(devices)
+        self.devices = list(self.specs)
+        self.links = list(links)
+        self._network = LinkNetwork(self.links)
+
+    def node_seconds(self, node: Node, device: str, dtype: str) -> float:
+        """The node's time on the device in dtype; inf where the device may not run the node's
+        kind or has no rate for the dtype (so a partitioner keeps the node off it)."""
+        spec = self.specs[device]
+        rate = spec.rates.get(DType(dtype))
+        if node.kind not in spec.runs or rate is None:
+            return math.inf
+        nbytes = (node.bytes_in + node.bytes_out + node.param_bytes) * dtype_scale(dtype)
+        return spec.launch_s + max(node.flops / rate, nbytes / spec.mem_bandwidth)
+
+    def edge_seconds(self, nbytes: float, src: str, dst: str) -> float:
+        """Time to move nbytes from device src to dst (0 when src == dst)."""
+        return self._network.seconds(nbytes, src, dst)
+
+    def master_sync_seconds(self, node: Node, device: str, dtype: str) -> float:
+        """AP-DRL §A.2.5: a node training in fp16 exchanges its fp32 master weights with the
+        host (which keeps them) every step: param_bytes over the link(s) to the host."""
+        if DType(dtype) not in MASTER_WEIGHT_DTYPES or node.param_bytes == 0:
+            return 0.0
+        return self.edge_seconds(node.param_bytes, device, self.host)
+
+    def cost_table(self, graph: TaskGraph, dtype_for: DTypeFor,
+                   master_weight_sync: bool = True) -> CostTable:
+        """Costs of the graph under a precision policy.
+
+        `seconds` includes the master-weight sync of fp16 nodes unless `master_weight_sync` is
+        off. An edge moves its bytes in the dtype its source node computes in on the source
+        device. A resource is owned by the one device whose `capacity` has it (np.inf in the
+        other columns), and `usage[r][i, k]` is what node i takes from r's owner when placed
+        on k; so a partitioner that honours cross-device use (AIE nodes taking PL LUTs) sums
+        `usage[r][i, k] * x[i, k]` over all k against the owner's capacity.
+        """
+        nodes, names = graph.nodes, self.devices
+        dtypes = [[dtype_for(node, name) for name in names] for node in nodes]
+        seconds = np.array([
+            [self.node_seconds(node, name, dtype)
+             + (self.master_sync_seconds(node, name, dtype) if master_weight_sync else 0.0)
+             for name, dtype in zip(names, row)]
+            for node, row in zip(nodes, dtypes)
+        ]).reshape(len(nodes), len(names))
+        comm = np.array([
+            [[self.edge_seconds(edge.bytes * dtype_scale(dtypes[edge.src][k]), src, dst)
+              for dst in names] for k, src in enumerate(names)]
+            for edge in graph.edges
+        ]).reshape(len(graph.edges), len(names), len(names))
+        specs = list(self.specs.values())
+        resources = [resource for spec in specs for resource in spec.capacity]
+        capacity = {r: np.array([spec.capacity.get(r, np.inf) for spec in specs]) for r in resources}
+        usage = {
+            r: np.array([[float(spec.usage.get(node.kind, {}).get(r, 0.0)) for spec in specs]
+                         for node in nodes]).reshape(len(nodes), len(names))
+            for r in resources
+        }
+        return CostTable(graph, list(names), seconds, comm, usage, capacity)
+
+    def describe(self) -> dict[str, str]:
+        """What is modeled, for the run's params."""
+        return {
+            "device": str(self.device),
+            "platform": self.name,
+            "modeled_devices": ", ".join(f"{n} ({DeviceKind(s.kind).value})" for n, s in self.specs.items()),
+            "modeled_host": self.host,
+        }

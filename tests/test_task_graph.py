@@ -1,0 +1,160 @@
+"""Task graphs of one training step, built from the real modules (spec Part C, T7)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from helpers import compose_job
+from hydra.utils import instantiate
+from torch import nn
+
+from hetrl.algos.networks import Actor, QCritic, frozen_copy, mlp, nature_cnn
+from hetrl.partition.builder import mlp_input_shape
+from hetrl.partition.flops import PAPER_KINDS, kind_of, per_sample_flops
+from hetrl.partition.graph import Kind, Pass, TaskGraph
+from hetrl.partition.steps import actor_critic_step_graph, dqn_step_graph
+
+BATCH = 32
+
+
+def breakout(batch: int) -> TaskGraph:
+    q = nature_cnn(n_actions=4)
+    return dqn_step_graph(q, frozen_copy(q), batch, (4, 84, 84))
+
+
+def cartpole(batch: int, double_dqn: bool = False) -> TaskGraph:
+    q = mlp([4, 64, 64, 2])
+    return dqn_step_graph(q, frozen_copy(q), batch, (4,), double_dqn=double_dqn)
+
+
+def ddpg(obs_dim: int, act_dim: int, twin: bool = False) -> Callable[[int], TaskGraph]:
+    """A DDPG (or TD3) step graph factory with AP-DRL's 400-300 hidden layers."""
+    def build(batch: int) -> TaskGraph:
+        action_space = gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32)
+        actor = Actor(obs_dim, [400, 300], action_space)
+        names = ["critic", "critic2"] if twin else ["critic"]
+        critics = {}
+        for name in names:
+            critic = QCritic(obs_dim, act_dim, [400, 300])
+            critics[name] = (critic, frozen_copy(critic))
+        return actor_critic_step_graph(batch, (obs_dim,), actor, frozen_copy(actor), critics)
+    return build
+
+
+def paper_nodes(graph: TaskGraph) -> list:
+    return [n for n in graph.nodes if n.kind in PAPER_KINDS]
+
+
+def test_breakout_graph_counts_like_the_paper():
+    graph = breakout(BATCH)
+    nodes = paper_nodes(graph)
+    assert Counter((n.network, n.pass_) for n in nodes) == {
+        ("q", Pass.forward): 5, ("q_target", Pass.forward): 5, ("q", Pass.backward): 5}
+    smallest = min(nodes, key=lambda n: n.flops)
+    largest = max(nodes, key=lambda n: n.flops)
+    assert (smallest.name, smallest.flops / BATCH) == ("q/9.forward", 4100)
+    assert largest.name == "q/2.backward" and 10.61e6 <= largest.flops / BATCH <= 10.63e6
+    assert per_sample_flops(graph, BATCH, PAPER_KINDS) == pytest.approx(68.17e6, rel=0.005)
+
+
+def test_breakout_graph_keeps_activation_loss_and_update_nodes_apart():
+    graph = breakout(BATCH)
+    kinds = Counter(n.kind for n in graph.nodes)
+    assert kinds == {Kind.matmul: 15, Kind.elementwise: 12, Kind.loss: 1, Kind.optimizer: 5}
+    assert per_sample_flops(graph, BATCH) > per_sample_flops(graph, BATCH, PAPER_KINDS)
+    assert [n.name for n in graph.nodes[:2]] == ["q/0.forward", "q/1.forward"]
+    (edge,) = [e for e in graph.edges if (e.src, e.dst) == (0, 1)]
+    assert edge.bytes == BATCH * 32 * 20 * 20 * 4  # Conv1's real output, float32
+
+
+@pytest.mark.parametrize(("build", "paper"), [
+    (cartpole, 28.04e3), (ddpg(8, 2), 2.25e6), (ddpg(2, 1), 2.19e6),
+], ids=["CartPole-DQN", "LunarCont-DDPG", "MntnCarCont-DDPG"])
+def test_mlp_rows_are_within_30_percent_of_table_iii(build, paper):
+    # every weight-layer pass of the step, target forwards included (steps.py says why)
+    assert per_sample_flops(build(BATCH), BATCH, PAPER_KINDS) == pytest.approx(paper, rel=0.30)
+
+
+GRAPHS = {"breakout": breakout, "cartpole": cartpole,
+          "double-dqn": lambda b: cartpole(b, double_dqn=True),
+          "ddpg": ddpg(8, 2), "td3": ddpg(3, 1, twin=True)}
+
+
+@pytest.mark.parametrize("build", GRAPHS.values(), ids=GRAPHS.keys())
+def test_the_step_is_a_dag_whose_every_node_feeds_an_update(build):
+    graph = build(BATCH)
+    order = graph.topological_order()
+    position = {i: k for k, i in enumerate(order)}
+    names = {n.name: i for i, n in enumerate(graph.nodes)}
+    assert len(names) == len(graph.nodes)
+
+    reaches_update = {i for i, n in enumerate(graph.nodes) if n.pass_ is Pass.update}
+    for i in reversed(order):
+        if any(j in reaches_update for j in graph.succs(i)):
+            reaches_update.add(i)
+    assert reaches_update == set(range(len(graph.nodes)))  # every pass feeds some update
+
+    for i, node in enumerate(graph.nodes):
+        if node.pass_ is Pass.backward:
+            forward = names[node.name.replace(".backward", ".forward")]
+            assert position[forward] < position[i]
+
+
+@pytest.mark.parametrize("build", GRAPHS.values(), ids=GRAPHS.keys())
+def test_flops_scale_with_the_batch_and_updates_do_not(build):
+    small, large = build(BATCH), build(2 * BATCH)
+    for a, b in zip(small.nodes, large.nodes, strict=True):
+        factor = 1 if a.pass_ is Pass.update else 2
+        assert (a.name, b.flops, b.bytes_in) == (b.name, factor * a.flops, factor * a.bytes_in)
+
+
+def _spaces(algo: str) -> dict[str, gym.Space]:
+    if algo == "dqn":
+        return {"obs_space": gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
+                "act_space": gym.spaces.Discrete(2)}
+    return {"obs_space": gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
+            "act_space": gym.spaces.Box(-2.0, 2.0, (1,), np.float32)}
+
+
+# forward passes of each network in one step (critic: critic loss and actor loss)
+PASSES = {
+    "dqn": {"q": 1, "q_target": 1},
+    "ddpg": {"actor": 1, "actor_target": 1, "critic": 2, "critic_target": 1},
+    "td3": {"actor": 1, "actor_target": 1, "critic": 2, "critic_target": 1,
+            "critic2": 1, "critic2_target": 1},
+}
+
+
+@pytest.mark.parametrize("algo", PASSES)
+def test_the_learners_graph_has_a_node_per_real_layer_pass(algo):
+    cfg, _ = compose_job(f"algo={algo}")
+    learner = instantiate(cfg.algo, **_spaces(algo), device=torch.device("cpu"))
+    graph = learner.task_graph(BATCH)
+    forwards = Counter(n.network for n in graph.nodes
+                       if n.pass_ is Pass.forward and n.kind is not Kind.loss)
+    updates = Counter(n.network for n in graph.nodes if n.pass_ is Pass.update)
+    for network, passes in PASSES[algo].items():
+        leaves = [m for m in getattr(learner, network).modules()
+                  if not any(m.children()) and kind_of(m) is not None]
+        assert forwards[network] == passes * len(leaves)
+        trained = not network.endswith("_target")
+        weights = sum(isinstance(m, nn.Linear) for m in leaves)
+        assert updates[network] == (weights if trained else 0)
+
+
+def test_double_dqn_runs_the_online_network_on_next_obs_too():
+    graph = cartpole(BATCH, double_dqn=True)
+    assert Counter(n.network for n in paper_nodes(graph) if n.pass_ is Pass.forward) == {
+        "q": 6, "q_target": 3}
+
+
+def test_layers_without_a_flop_rule_and_conv_inputs_are_named():
+    with pytest.raises(TypeError, match="BatchNorm1d.*supported: Linear"):
+        kind_of(nn.BatchNorm1d(4))
+    with pytest.raises(ValueError, match="Conv2d.*obs_shape"):
+        mlp_input_shape(nature_cnn(4))
