@@ -18,6 +18,8 @@ from hetrl import checkpoint
 from hetrl.algos.base import Learner
 from hetrl.envs.state import env_state, load_env_state
 from hetrl.options import GROUPS
+from hetrl.partition.planning import StepPlan, plan_step
+from hetrl.platform.model import ModeledPlatform
 from hetrl.progress import TrainingProgress
 from hetrl.replay.uniform import UniformReplay
 from hetrl.scheduler.context import Training
@@ -25,7 +27,7 @@ from hetrl.scheduler.state import LoopState
 from hetrl.schema import validate
 from hetrl.seeding import rng_states, seed_everything, set_rng_states
 from hetrl.tracking.base import Tracker
-from hetrl.tracking.plots import learning_curve
+from hetrl.tracking.plots import gantt, learning_curve
 
 log = logging.getLogger("hetrl")
 
@@ -83,7 +85,12 @@ def _train(
     spaces = {"obs_space": envs.single_observation_space, "act_space": envs.single_action_space}
     learner = instantiate(cfg.algo, **spaces, device=platform.device)
     precision = instantiate(cfg.precision)
-    learner.scaler = precision.grad_scaler(platform.device)
+    step_plan = None
+    if isinstance(platform, ModeledPlatform):
+        step_plan = plan_step(learner, platform, precision, instantiate(cfg.partitioner))
+        if saved is None:
+            _log_plan(tracker, step_plan, learner.batch_size, out_dir, name)
+    precision.apply(learner, step_plan and step_plan.graph, step_plan and step_plan.plan, platform)
     replay = instantiate(cfg.replay, **spaces, device=platform.device)
     state = LoopState()
     if saved is None:
@@ -121,7 +128,17 @@ def _train(
     tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
     tracker.log_artifact(learning_curve(state.history, out_dir / "learning_curve.png", name))
     tracker.log_artifact(save_checkpoint(state))
+    if step_plan is not None:
+        results.update(step_plan.metrics(learner.batch_size))
     return results
+
+
+def _log_plan(tracker: Tracker, step_plan: StepPlan, batch_size: int, out_dir: Path,
+              name: str) -> None:
+    """The modeled plan: its figures as metrics, the plan as JSON, its schedule as a Gantt."""
+    tracker.log_metrics(step_plan.metrics(batch_size), step=0)
+    tracker.log_text(step_plan.to_json(), "plan.json")
+    tracker.log_artifact(gantt(step_plan.plan, step_plan.graph, out_dir / "plan_gantt.png", name))
 
 
 def _restore(

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from hetrl import CONF_DIR
 from hetrl.schema import ActionSpace
 
-GROUPS = ("algo", "env", "platform", "precision", "scheduler", "replay", "tracking")
+GROUPS = ("algo", "env", "platform", "precision", "partitioner", "scheduler", "replay", "tracking")
 """The config groups a user chooses from (`tuned` and `schema` are internal)."""
 
 

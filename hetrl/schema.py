@@ -207,6 +207,12 @@ class LinkSpec:
 
 
 @dataclass
+class BaselineSpec:
+    device: str = MISSING
+    dtype: DType = DType.float32
+
+
+@dataclass
 class ModeledPlatformConfig:
     _target_: str = MISSING
     _convert_: str = "object"  # the model gets DeviceSpec and LinkSpec objects, not dicts
@@ -215,6 +221,8 @@ class ModeledPlatformConfig:
     host: str = MISSING  # the modeled device that keeps the fp32 master weights
     devices: dict[str, DeviceSpec] = MISSING
     links: list[LinkSpec] = field(default_factory=list)
+    # the plans the chosen one is compared with: name -> every node on one device, one dtype
+    baselines: dict[str, BaselineSpec] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         names = sorted(self.devices)
@@ -238,6 +246,13 @@ class ModeledPlatformConfig:
             _require(link.latency_s >= 0, f"{key}.latency_s", link.latency_s, "floats >= 0")
             _require(link.runtime_overhead_s >= 0, f"{key}.runtime_overhead_s",
                      link.runtime_overhead_s, "floats >= 0")
+        for name, baseline in self.baselines.items():
+            key = f"platform.baselines.{name}"
+            _require(baseline.device in self.devices, f"{key}.device", baseline.device,
+                     f"one of {names}")
+            rates = sorted(d.value for d in self.devices[baseline.device].rates)
+            _require(baseline.dtype in self.devices[baseline.device].rates, f"{key}.dtype",
+                     baseline.dtype.value, f"dtypes {baseline.device} has a rate for ({rates})")
         unreachable = sorted(set(names) - _reachable(self.host, pairs))
         _require(not unreachable, "platform.links", f"no route to {unreachable}",
                  f"links that connect every device to the host {self.host!r}")
@@ -306,6 +321,42 @@ class UniformPrecisionConfig:
 
 
 @dataclass
+class HardwareAwarePrecisionConfig:
+    _target_: str = MISSING
+    # each device computes in the first of these dtypes it supports natively
+    prefer: list[DType] = field(default_factory=lambda: [DType.bfloat16, DType.float16,
+                                                         DType.float32])
+    loss_scaling: LossScalingConfig = field(default_factory=LossScalingConfig)
+
+    def __post_init__(self) -> None:
+        _require(len(self.prefer) > 0, "precision.prefer", list(self.prefer),
+                 "a non-empty list of dtypes")
+
+
+@dataclass
+class IlpPartitionerConfig:
+    _target_: str = MISSING
+    time_limit_s: float = 10.0
+    communication: bool = True
+    disjunctive: bool = False
+
+    def __post_init__(self) -> None:
+        _require(self.time_limit_s > 0, "partitioner.time_limit_s", self.time_limit_s,
+                 "floats > 0 (seconds)")
+
+
+@dataclass
+class HeftPartitionerConfig:
+    _target_: str = MISSING
+
+
+@dataclass
+class SinglePartitionerConfig:
+    _target_: str = MISSING
+    device: str = MISSING
+
+
+@dataclass
 class SyncSchedulerConfig:
     _target_: str = MISSING
 
@@ -344,6 +395,7 @@ class RunConfig:
     scheduler: Any = MISSING
     replay: Any = MISSING
     tracking: Any = MISSING
+    partitioner: Any = MISSING
     seed: int = 0
     steps: int = 50_000
     device: Device = Device.auto
@@ -363,7 +415,9 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "env": {"gymnasium": EnvConfig},
     "algo": {"dqn": DQNConfig, "ddpg": DDPGConfig, "td3": TD3Config},
     "platform": {"host": HostPlatformConfig, "modeled": ModeledPlatformConfig},
-    "precision": {"uniform": UniformPrecisionConfig},
+    "precision": {"uniform": UniformPrecisionConfig, "mixed": HardwareAwarePrecisionConfig},
+    "partitioner": {"ilp": IlpPartitionerConfig, "heft": HeftPartitionerConfig,
+                    "single": SinglePartitionerConfig},
     "scheduler": {"sync": SyncSchedulerConfig},
     "replay": {"uniform": UniformReplayConfig},
     "tracking": {"mlflow": MlflowTrackingConfig, "none": NullTrackingConfig},

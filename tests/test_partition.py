@@ -7,10 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
-from hetrl import CONF_DIR
 from hetrl.partition.costs import CostTable, Plan
 from hetrl.partition.graph import Edge, TaskGraph
 from hetrl.partition.heft import HeftPartitioner
@@ -149,13 +146,6 @@ def test_list_schedule_rejects_an_order_against_an_edge() -> None:
     with pytest.raises(ValueError, match="before its predecessor"):
         list_schedule(costs, [0] * 6, [edge.dst, edge.src] + [
             i for i in range(6) if i not in (edge.src, edge.dst)])
-
-
-@pytest.mark.parametrize("option, cls", [("ilp", IlpPartitioner), ("heft", HeftPartitioner),
-                                         ("single", SinglePartitioner)])
-def test_options_build(option: str, cls: type) -> None:
-    assert isinstance(instantiate(OmegaConf.load(CONF_DIR / "partitioner" / f"{option}.yaml")),
-                      cls)
 
 
 def test_cycles_are_refused() -> None:

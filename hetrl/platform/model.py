@@ -20,10 +20,10 @@ import numpy as np
 import torch
 
 from hetrl.partition.costs import CostTable
-from hetrl.partition.graph import Node, TaskGraph
+from hetrl.partition.graph import Node, Pass, TaskGraph
 from hetrl.platform.host import resolve_device
 from hetrl.platform.links import LinkNetwork
-from hetrl.schema import DeviceKind, DeviceSpec, DType, LinkSpec
+from hetrl.schema import BaselineSpec, DeviceKind, DeviceSpec, DType, LinkSpec
 
 DTypeFor = Callable[[Node, str], str]
 """The precision policy's choice: the dtype a node computes in on a device."""
@@ -42,8 +42,10 @@ class ModeledPlatform:
     kinds and resources, joined by links (see `LinkNetwork`)."""
 
     def __init__(self, name: str, device: str, host: str, devices: Mapping[str, DeviceSpec],
-                 links: Sequence[LinkSpec] = ()) -> None:
+                 links: Sequence[LinkSpec] = (),
+                 baselines: Mapping[str, BaselineSpec] | None = None) -> None:
         self.name = name
+        self.baselines = dict(baselines or {})
         self.device = resolve_device(device)
         self.host = host
         self.specs = dict(devices)
@@ -66,9 +68,10 @@ class ModeledPlatform:
         return self._network.seconds(nbytes, src, dst)
 
     def master_sync_seconds(self, node: Node, device: str, dtype: str) -> float:
-        """AP-DRL §A.2.5: a node training in fp16 exchanges its fp32 master weights with the
-        host (which keeps them) every step: param_bytes over the link(s) to the host."""
-        if DType(dtype) not in MASTER_WEIGHT_DTYPES or node.param_bytes == 0:
+        """AP-DRL §A.2.5: a layer training in fp16 exchanges its fp32 master weights with the
+        host (which keeps them) once a step: param_bytes over the link(s) to the host, charged
+        to the layer's update node (forward and backward use the working copy)."""
+        if DType(dtype) not in MASTER_WEIGHT_DTYPES or node.pass_ is not Pass.update:
             return 0.0
         return self.edge_seconds(node.param_bytes, device, self.host)
 

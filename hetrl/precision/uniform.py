@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import contextlib
 
+from typing import Callable
+
 import torch
 
+from hetrl.algos.base import Learner
+from hetrl.partition.costs import Plan
+from hetrl.partition.graph import Node, TaskGraph
 from hetrl.precision.scaling import LossScaling
 from hetrl.schema import DType
 
@@ -19,12 +24,15 @@ class UniformPrecision:
         self.dtype = getattr(torch, self.dtype_name)
         self.loss_scaling = loss_scaling or LossScaling()
 
-    def dtype_for(self, node: object, device: str) -> str:
-        """The dtype a node runs in on a device (every node, every device: the same)."""
-        return self.dtype_name
+    def dtype_chooser(self, platform: object) -> Callable[[Node, str], str]:
+        """The dtype of every node on every device: the same one."""
+        return lambda node, device: self.dtype_name
 
-    def grad_scaler(self, device: torch.device) -> torch.amp.GradScaler | None:
-        return self.loss_scaling.scaler(device) if self.dtype == torch.float16 else None
+    def apply(self, learner: Learner, graph: TaskGraph | None, plan: Plan | None,
+              platform: object) -> None:
+        """Whatever the plan, the whole update runs in one dtype (see `autocast`)."""
+        if self.dtype == torch.float16:
+            learner.scaler = self.loss_scaling.scaler(learner.device)
 
     def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
         """The context the learner's update runs in."""

@@ -9,6 +9,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from hetrl.partition.costs import Plan  # noqa: E402
+from hetrl.partition.graph import TaskGraph  # noqa: E402
+
 
 def learning_curve(history: list[tuple[int, float]], path: Path, title: str) -> Path:
     """return_mean_100 over env steps, as a PNG."""
@@ -20,6 +23,25 @@ def learning_curve(history: list[tuple[int, float]], path: Path, title: str) -> 
     ax.set_ylabel("return (mean of last 100 episodes)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def gantt(plan: Plan, graph: TaskGraph, path: Path, title: str) -> Path:
+    """The modeled schedule of one training step: a row per device, a bar per node."""
+    colors = {"matmul": "tab:blue", "elementwise": "tab:orange", "loss": "tab:red",
+              "optimizer": "tab:green"}
+    fig, ax = plt.subplots(figsize=(8, 1 + 0.6 * len(plan.devices)), dpi=100)
+    for node, k, start, finish in zip(graph.nodes, plan.assignment, plan.start, plan.finish):
+        ax.barh(k, (finish - start) * 1e6, left=start * 1e6, color=colors[node.kind.value],
+                edgecolor="black", linewidth=0.3)
+    ax.set_yticks(range(len(plan.devices)), plan.devices)
+    ax.set_xlabel("modeled time (µs)")
+    ax.set_title(f"{title}: {plan.method}, step {plan.makespan * 1e6:.1f} µs (modeled)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
+    ax.legend(handles, colors.keys(), loc="upper right", fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

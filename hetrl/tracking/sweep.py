@@ -19,8 +19,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 PARENT_ENV = "HETRL_PARENT_RUN_ID"  # read by the jobs' tracking config
-CHOICE_TAGS = ("algo", "env", "platform", "precision", "scheduler", "replay", "seed")
-SUMMARY_METRICS = ("return_mean_100", "sps", "eps_host", "updates")
+CHOICE_TAGS = ("algo", "env", "platform", "precision", "partitioner", "scheduler", "replay",
+               "seed")
+SUMMARY_METRICS = ("return_mean_100", "sps", "eps_host", "updates", "eps_platform")
 
 
 class MlflowSweep(Callback):

@@ -1,0 +1,74 @@
+"""AP-DRL's hardware-aware mixed precision: every layer computes in the dtype of the device its
+plan assigns it (PS fp32; PL fp16 on fp32 master weights with dynamic loss scaling; AIE bf16).
+
+What is emulated, and how (specs/ap-drl-pearl.md §A.2.6, D.1 #9-#10):
+- a layer's forward and backward run in the dtype of its (first) forward node's device;
+- fp16 layers keep fp32 master weights; one dynamic loss scale covers the whole step, and an
+  fp16 overflow skips the whole step;
+- bf16 layers keep no master copy: after each optimizer step (computed in fp32, optimizer state
+  in fp32) their weights are rounded to bf16, round-to-nearest-even.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from typing import Callable
+
+import torch
+
+from hetrl.algos.base import Learner
+from hetrl.partition.costs import Plan
+from hetrl.partition.graph import Kind, Node, Pass, TaskGraph
+from hetrl.precision.layers import compute_layers_in, round_to_bfloat16
+from hetrl.precision.scaling import LossScaling
+from hetrl.schema import ConfigError, DType
+
+
+class HardwareAwarePrecision:
+    def __init__(self, prefer: list[str], loss_scaling: LossScaling | None = None) -> None:
+        self.prefer = [DType(d) for d in prefer]
+        self.loss_scaling = loss_scaling or LossScaling()
+
+    def dtype_chooser(self, platform) -> Callable[[Node, str], str]:
+        """Each device's dtype: the first preferred one it supports natively."""
+        chosen = {}
+        for name, spec in platform.specs.items():
+            native = [DType(d) for d in spec.native]
+            chosen[name] = next((d.value for d in self.prefer if d in native), native[0].value)
+        return lambda node, device: chosen[device]
+
+    def apply(self, learner: Learner, graph: TaskGraph | None, plan: Plan | None,
+              platform) -> None:
+        if plan is None:
+            raise ConfigError(
+                "precision=mixed needs a plan: choose a modeled platform (e.g. platform=versal) "
+                "so that layers are assigned to devices"
+            )
+        dtype_of = self.dtype_chooser(platform)
+        forward: dict[str, dict[str, torch.dtype]] = defaultdict(dict)
+        rounded: list[torch.Tensor] = []
+        for node, k in zip(graph.nodes, plan.assignment):
+            if node.kind is Kind.loss:  # computed by the update rule, in fp32
+                continue
+            dtype = getattr(torch, dtype_of(node, plan.devices[k]))
+            module = getattr(learner, node.network).get_submodule(node.layer)
+            if node.pass_ is Pass.forward:  # a layer run twice in a step keeps its first dtype
+                forward[node.network].setdefault(node.layer, dtype)
+            elif node.pass_ is Pass.update and dtype == torch.bfloat16:
+                rounded.extend(module.parameters())
+        for network, layers in forward.items():
+            compute_layers_in(getattr(learner, network), layers)
+        if rounded:
+            for optimizer in learner._optimizers().values():
+                owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
+                mine = [p for p in rounded if id(p) in owned]
+                if mine:
+                    optimizer.register_step_post_hook(
+                        lambda opt, args, kwargs, params=mine: round_to_bfloat16(params))
+        if any(torch.float16 in layers.values() for layers in forward.values()):
+            learner.scaler = self.loss_scaling.scaler(learner.device)
+
+    def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
+        """No step-wide autocast: each layer has its own (see `apply`)."""
+        return contextlib.nullcontext()

@@ -1,0 +1,88 @@
+"""A job on a modeled platform plans its real training step, runs each layer in the dtype of
+its device, and logs modeled figures apart from measured ones."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from helpers import compose_job, mlflow_runs, run_job
+from hydra.utils import instantiate
+
+from hetrl.partition.graph import Kind, Pass
+from hetrl.partition.objective import objective
+from hetrl.partition.planning import plan_step
+from hetrl.schema import ConfigError
+
+TINY = ("steps=300", "algo.learning_starts=100", "algo.train_freq=4", "algo.hidden=[32,32]",
+        "algo.batch_size=32", "log_every=100")
+
+
+def _planned(*overrides: str):
+    cfg, _ = compose_job(*overrides)
+    platform, precision = instantiate(cfg.platform), instantiate(cfg.precision)
+    envs = instantiate(cfg.env)
+    learner = instantiate(cfg.algo, obs_space=envs.single_observation_space,
+                          act_space=envs.single_action_space, device=torch.device("cpu"))
+    return learner, platform, precision, plan_step(learner, platform, precision,
+                                                   instantiate(cfg.partitioner))
+
+
+def test_a_versal_mixed_job_logs_the_plan_and_modeled_figures(tmp_path, client):
+    result = run_job(tmp_path, "algo=dqn", "platform=versal", "precision=mixed", *TINY)
+    (run,) = mlflow_runs(tmp_path)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["platform"] == "versal" and run.data.tags["partitioner"] == "ilp"
+    metrics = run.data.metrics
+    assert metrics["eps_platform"] > 0 and metrics["eps_host"] > 0  # modeled beside measured
+    assert {"speedup_vs_pl_only", "speedup_vs_aie_only"} <= set(metrics)
+    assert result["eps_platform"] == pytest.approx(32 / metrics["platform/step_s"])
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"plan.json", "plan_gantt.png"} <= artifacts
+    plan = json.loads(open(client.download_artifacts(run.info.run_id, "plan.json",
+                                                     str(tmp_path))).read())
+    assert sum(metrics[f"platform/nodes_{d}"] for d in ("ps", "pl", "aie")) == len(plan["nodes"])
+    assert {n["device"] for n in plan["nodes"]} <= {"ps", "pl", "aie"}
+
+
+def test_mixed_runs_each_layer_in_the_dtype_of_its_device():
+    learner, platform, precision, step = _planned("algo=ddpg", "platform=versal",
+                                                  "precision=mixed", "algo.hidden=[64,64]")
+    precision.apply(learner, step.graph, step.plan, platform)
+    expected = {"ps": torch.float32, "pl": torch.float16, "aie": torch.bfloat16}
+    seen: dict[tuple[str, str], torch.dtype] = {}
+    layers = [(n, step.plan.devices[k]) for n, k in zip(step.graph.nodes, step.plan.assignment)
+              if n.pass_ is Pass.forward and n.kind is Kind.matmul and not n.name.endswith("#1")]
+    for node, _ in layers:
+        module = getattr(learner, node.network).get_submodule(node.layer)
+        module.register_forward_hook(
+            lambda m, a, out, key=(node.network, node.layer): seen.__setitem__(key, out.dtype))
+    obs = torch.zeros(4, 3)
+    learner.critic(obs, learner.actor(obs))
+    learner.critic_target(obs, learner.actor_target(obs))
+    assert {(n.network, n.layer): expected[d] for n, d in layers} == seen
+    assert len(set(seen.values())) > 1  # the plan really mixes devices
+    assert (learner.scaler is not None) == (torch.float16 in seen.values())
+
+
+@pytest.mark.parametrize("job", [("algo=dqn", "algo.hidden=[64,64]", "algo.batch_size=64"),
+                                 ("algo=ddpg", "env=lunarlander_continuous", "algo.batch_size=1024")])
+def test_the_ilp_beats_or_ties_every_single_device_plan(job):
+    *_, step = _planned(*job, "platform=versal", "precision=mixed")
+    costs = step.costs
+    best = objective(costs, step.plan.assignment)
+    assert best == pytest.approx(step.plan.objective, rel=1e-6)
+    for k in range(len(costs.devices)):
+        allowed = np.isfinite(costs.seconds)
+        single = [k if allowed[i, k] else int(np.argmin(costs.seconds[i]))
+                  for i in range(len(costs.graph.nodes))]
+        assert best <= objective(costs, single) * (1 + 1e-6)
+    assert step.plan.makespan >= step.plan.objective * (1 - 1e-9)
+
+
+def test_mixed_precision_on_the_host_fails_and_names_what_to_choose(tmp_path):
+    with pytest.raises(ConfigError, match="platform=versal"):
+        run_job(tmp_path, "algo=dqn", "precision=mixed", *TINY)
+    assert [r.info.status for r in mlflow_runs(tmp_path)] == ["FAILED"]
