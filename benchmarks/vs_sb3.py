@@ -38,6 +38,12 @@ learning_starts, buffer size and step budget in both libraries:
      for DDPG, and candidates with `env.n_envs=4` (train_freq counts env steps across all envs,
      so updates per env step stay equal). Each candidate is run; the fastest is "best".
 
+Shared-host guards: a "host check" times a matmul at 1 and 2 threads (a busy second core
+makes 2-thread OpenMP runs 10x+ slower; such figures are flagged); a "best" candidate is
+stopped (as Ctrl-C stops a job) after --timeout-factor x the 1-thread hetrl loop time and
+reported as ABORTED, never as a rate; candidates past --budget seconds are skipped.
+`--omp-passive` sets OMP_WAIT_POLICY=PASSIVE before torch loads, to compare.
+
 Goals (from the issue) the last table checks: hetrl best >= 2x SB3 env steps/s; learner
 >= 1.3x SB3 (DQN) and >= 1.0x (DDPG); hetrl learner within 10% of the plain-PyTorch limit.
 The host is shared and noisy (±15% run to run): read small differences as noise.
@@ -121,7 +127,7 @@ def workloads(args: argparse.Namespace) -> list[Workload]:
         learning_starts=args.dqn_learning_starts, buffer_size=100_000, updates=args.dqn_updates,
         best=[
             ["platform.threads=2", "env.n_envs=4", "algo.train_freq=4"],
-            ["platform.threads=2"],
+            ["platform.threads=2", "env.n_envs=8", "algo.train_freq=4"],
             ["platform.threads=1", "env.n_envs=4", "algo.train_freq=4"],
         ],
     )
@@ -132,6 +138,7 @@ def workloads(args: argparse.Namespace) -> list[Workload]:
         updates=args.ddpg_updates,
         best=[
             ["platform.threads=2", "precision=bf16"],
+            ["platform.threads=1", "precision=bf16"],  # immune to a busy second core
             ["platform.threads=2", "precision=bf16", "env.n_envs=4", "algo.train_freq=1"],
         ],
     )
@@ -184,7 +191,10 @@ class HetrlLearner:
         self.replay = instantiate(cfg.replay, **spaces, device=self.device)
         self.replay.add(*random_transitions(w.env_id, fill))
         self.batch = w.batch
-        self.autocast = instantiate(cfg.precision).autocast(self.device)
+        precision = instantiate(cfg.precision)
+        if hasattr(precision, "apply"):  # as experiment.run does (a no-op for fp32 / bf16)
+            precision.apply(self.learner, None, None, None)
+        self.autocast = precision.autocast(self.device)
         self.fixed = [self.replay.sample(w.batch) for _ in range(16)]
 
     def sample_update(self, n: int) -> None:
@@ -448,6 +458,9 @@ def probe_cores(seconds: float = 0.3) -> dict[str, float]:
     return {"speedup_2t": rates[2] / rates[1], "load1": os.getloadavg()[0]}
 
 
+LEARNER_PROBES: dict[str, tuple[dict[str, float], ...]] = {}
+
+
 def probe_text(p: dict[str, float]) -> str:
     note = "" if p["speedup_2t"] >= 1.3 else "  <-- second core busy: 2-thread figures suffer"
     return f"2-thread matmul speedup {p['speedup_2t']:.2f}x, load average {p['load1']:.2f}{note}"
@@ -484,10 +497,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None, help="default 5 (quick 3)")
     parser.add_argument("--fill", type=int, default=5000,
                         help="random transitions in the replay for the learner-only timing")
-    parser.add_argument("--timeout-factor", type=float, default=3.0,
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds after which remaining 'best' candidates are skipped "
+                             "(default 330, quick 100)")
+    parser.add_argument("--timeout-factor", type=float, default=1.5,
                         help="stop a 'best' candidate after this many times the 1-thread "
                              "hetrl loop time (a busy second core can slow 2 threads 10x+)")
     parser.add_argument("--min-timeout", type=float, default=20.0)
+    parser.add_argument("--wait-quiet", type=float, default=10.0,
+                        help="before a 2-thread candidate, wait up to this many seconds for "
+                             "the second core to be free (it runs anyway after)"),
     parser.add_argument("--omp-passive", action="store_true",
                         help="set OMP_WAIT_POLICY=PASSIVE (idle OpenMP threads sleep, not spin)")
     parser.add_argument("--all-best", action="store_true",
@@ -499,6 +518,7 @@ def main() -> None:
     args.dqn_updates = args.dqn_updates or (200 if q else 400)
     args.ddpg_updates = args.ddpg_updates or (40 if q else 80)
     args.repeats = args.repeats or (3 if q else 5)
+    args.budget = args.budget or (100.0 if q else 330.0)
 
     schema.register()
     torch.set_num_threads(1)
@@ -519,7 +539,11 @@ def main() -> None:
             f"gradient_steps {w.gradient_steps}, {w.steps} steps, learning_starts "
             f"{w.learning_starts}")
         say(f"   learner only: {args.repeats} x {w.updates} updates per contender ...")
+        LEARNER_PROBES[w.name] = (probe_cores(0.15),)
         lr = learner_bench(w, args)
+        LEARNER_PROBES[w.name] += (probe_cores(0.15),)
+        say("     host check before / after: "
+            + " / ".join(probe_text(p) for p in LEARNER_PROBES[w.name]))
         for name, rate in lr.items():
             say(f"     {name:24s} {rate:9.1f} updates/s  ({1000 / rate:6.2f} ms/update)")
 
@@ -535,11 +559,30 @@ def main() -> None:
 
         candidates = w.best if (args.all_best or not q) else w.best[:1]
         best_runs = []
-        for extra in candidates:
+        for i, extra in enumerate(candidates):
+            two_threads = "platform.threads=1" not in extra
+            none_finished = not any(not r["aborted"] for r in best_runs)
+            if (i > 0 and time.perf_counter() - t_start > args.budget
+                    and not (none_finished and not two_threads)):
+                say(f"   skipped (past the {args.budget:.0f} s budget): {' '.join(extra)}")
+                continue
+            if two_threads and any(r["aborted"] and r["busy"] for r in best_runs):
+                say(f"   skipped (a 2-thread candidate already aborted on a busy second core): "
+                    f"{' '.join(extra)}")
+                continue
             say(f"   end to end, hetrl best candidate: {' '.join(extra)} ...")
             limit_s = max(args.min_timeout, args.timeout_factor * he["loop_s"])
+            probe = probe_cores(0.15)
+            if two_threads:
+                waited = time.perf_counter()
+                while probe["speedup_2t"] < 1.3 and time.perf_counter() - waited < args.wait_quiet:
+                    time.sleep(2.0)
+                    probe = probe_cores(0.15)
+            say(f"     host check before: {probe_text(probe)}")
             r = hetrl_e2e(w, extra, timeout_s=limit_s)
             r["extra"] = extra
+            r["busy"] = two_threads and (probe["speedup_2t"] < 1.3
+                                         or probe_cores(0.15)["speedup_2t"] < 1.3)
             if r["aborted"]:
                 say(f"     ABORTED ({r['aborted']}; limit {limit_s:.0f} s): sps so far "
                     f"{r['sps']:.1f} (counts the update-free learning_starts steps; not used)")
@@ -576,6 +619,8 @@ def report(results, args, total: float, probes: list[dict[str, float]]) -> None:
             f"| {he['updates']:.0f} | {he['sps'] / se['sps']:.2f}x |")
         for r in runs:
             tag = " **(best)**" if r is best else ""
+            if r["busy"]:
+                tag += " [2nd core busy before or after]"
             setting = " ".join(x for x in r["extra"] if not x.startswith("platform.threads"))
             threads = next((x.split("=")[1] for x in r["extra"]
                             if x.startswith("platform.threads")), "1")
@@ -610,6 +655,9 @@ def report(results, args, total: float, probes: list[dict[str, float]]) -> None:
         "with the plain-PyTorch update at the same setting (2 threads"
         + (", bf16 autocast for DDPG" if any(w.algo == "ddpg" for w, *_ in results) else "")
         + ").")
+    for w, *_ in results:
+        say(f"Host check around the {w.name} learner timing (before / after): "
+            + " / ".join(probe_text(p) for p in LEARNER_PROBES.get(w.name, ())))
 
     say("\n### hetrl phases, end to end (seconds of the training loop; `phase/<name>_s`)\n")
     names = sorted({k for _, _, he, _, best, _ in results

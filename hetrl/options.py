@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from hydra.core.config_store import ConfigStore
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
@@ -25,6 +26,13 @@ def option_config(group: str, name: str) -> DictConfig:
     return OmegaConf.load(CONF_DIR / group / f"{name}.yaml")
 
 
+def option_node(group: str, name: str) -> DictConfig:
+    """The option's config node as it composes (its schema defaults under its own values)."""
+    own = option_config(group, name).copy()
+    schema = own.pop("defaults")[0].split("@")[0].removeprefix("/")
+    return OmegaConf.merge(ConfigStore.instance().load(f"{schema}.yaml").node, own)
+
+
 def envs_for(action_space: ActionSpace) -> list[str]:
     """Env options whose action space is of the given kind."""
     return [name for name in group_options("env")
@@ -32,6 +40,19 @@ def envs_for(action_space: ActionSpace) -> list[str]:
 
 
 def algos_for(action_space: ActionSpace) -> list[str]:
-    """Algo options whose learner needs the given kind of action space."""
+    """Algo options whose learner can act in the given kind of action space."""
     return [name for name in group_options("algo")
-            if get_class(option_config("algo", name)._target_).action_space == action_space]
+            if get_class(option_config("algo", name)._target_).supports(action_space)]
+
+
+def algos_for_loop(on_policy: bool) -> list[str]:
+    """Algo options that are on-policy (or off-policy)."""
+    return [name for name in group_options("algo")
+            if get_class(option_config("algo", name)._target_).on_policy == on_policy]
+
+
+def schedulers_for(on_policy: bool) -> list[str]:
+    """Scheduler options whose loop trains on-policy (or off-policy) algos."""
+    return [name for name in group_options("scheduler")
+            if getattr(get_class(option_config("scheduler", name)._target_), "on_policy",
+                       False) == on_policy]

@@ -150,6 +150,65 @@ class TD3Config(DDPGConfig):
         _require(self.policy_delay >= 1, "algo.policy_delay", self.policy_delay, "integers >= 1")
 
 
+@dataclass
+class A2CConfig:
+    """On-policy hyperparameters (SB3 names and A2C's defaults), shared by PPO. No replay
+    buffer, no learning_starts: each update trains on a fresh rollout of n_steps × n_envs
+    transitions (the base Learner's schedule is derived from it, see hetrl.algos.a2c)."""
+
+    _target_: str = MISSING
+    hidden: list[int] = field(default_factory=lambda: [64, 64])
+    lr: float = 7e-4
+    gamma: float = 0.99
+    n_steps: int = 5  # per env
+    gae_lambda: float = 1.0
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    normalize_advantage: bool = False
+    n_envs: int = II("env.n_envs")
+
+    def __post_init__(self) -> None:
+        _require(
+            len(self.hidden) > 0 and all(h >= 1 for h in self.hidden),
+            "algo.hidden", list(self.hidden), "a non-empty list of widths >= 1",
+        )
+        _require(self.lr > 0, "algo.lr", self.lr, "floats > 0")
+        _require(0 <= self.gamma <= 1, "algo.gamma", self.gamma, "floats in [0, 1]")
+        _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, "integers >= 1")
+        _require(0 <= self.gae_lambda <= 1, "algo.gae_lambda", self.gae_lambda,
+                 "floats in [0, 1]")
+        for key in ("ent_coef", "vf_coef"):
+            _require(getattr(self, key) >= 0, f"algo.{key}", getattr(self, key), "floats >= 0")
+        _require(self.max_grad_norm > 0, "algo.max_grad_norm", self.max_grad_norm, "floats > 0")
+        _require(not self.normalize_advantage or self.n_steps * self.n_envs > 1, "algo.n_steps",
+                 self.n_steps, "n_steps × env.n_envs > 1 to normalize advantages")
+
+
+@dataclass
+class PPOConfig(A2CConfig):
+    """PPO's defaults (SB3); `batch_size` is the minibatch size."""
+
+    _target_: str = MISSING
+    lr: float = 3e-4
+    n_steps: int = 2048
+    gae_lambda: float = 0.95
+    normalize_advantage: bool = True
+    batch_size: int = 64
+    n_epochs: int = 10
+    clip_range: float = 0.2
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        rollout = self.n_steps * self.n_envs
+        _require(1 <= self.batch_size <= rollout, "algo.batch_size", self.batch_size,
+                 f"integers in [1, n_steps × env.n_envs = {rollout}]")
+        _require(not self.normalize_advantage or self.batch_size > 1, "algo.batch_size",
+                 self.batch_size, "integers > 1 to normalize advantages")
+        _require(self.n_epochs >= 1, "algo.n_epochs", self.n_epochs, "integers >= 1")
+        _require(self.clip_range > 0, "algo.clip_range", self.clip_range, "floats > 0")
+
+
 # ---- platform, precision, scheduler, replay, tracking --------------------------------
 
 
@@ -362,6 +421,11 @@ class SyncSchedulerConfig:
 
 
 @dataclass
+class OnPolicySchedulerConfig:
+    _target_: str = MISSING
+
+
+@dataclass
 class UniformReplayConfig:
     _target_: str = MISSING
     capacity: int = II("algo.buffer_size")
@@ -413,12 +477,13 @@ class RunConfig:
 
 SCHEMAS: dict[str, dict[str, type]] = {
     "env": {"gymnasium": EnvConfig},
-    "algo": {"dqn": DQNConfig, "ddpg": DDPGConfig, "td3": TD3Config},
+    "algo": {"dqn": DQNConfig, "ddpg": DDPGConfig, "td3": TD3Config, "a2c": A2CConfig,
+             "ppo": PPOConfig},
     "platform": {"host": HostPlatformConfig, "modeled": ModeledPlatformConfig},
     "precision": {"uniform": UniformPrecisionConfig, "mixed": HardwareAwarePrecisionConfig},
     "partitioner": {"ilp": IlpPartitionerConfig, "heft": HeftPartitionerConfig,
                     "single": SinglePartitionerConfig},
-    "scheduler": {"sync": SyncSchedulerConfig},
+    "scheduler": {"sync": SyncSchedulerConfig, "onpolicy": OnPolicySchedulerConfig},
     "replay": {"uniform": UniformReplayConfig},
     "tracking": {"mlflow": MlflowTrackingConfig, "none": NullTrackingConfig},
 }
@@ -440,16 +505,31 @@ def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     """
     OmegaConf.to_object(cfg)  # builds each dataclass, which runs its __post_init__
     _check_algo_fits_env(cfg, choices)
+    _check_algo_fits_scheduler(cfg, choices)
 
 
 def _check_algo_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     from hetrl.options import algos_for, envs_for  # options reads the conf tree: import late
 
-    needs = get_class(cfg.algo._target_).action_space
+    learner = get_class(cfg.algo._target_)
     has = ActionSpace(cfg.env.action_space)
-    if needs != has:
+    if not learner.supports(has):
+        needs = learner.action_space
         raise ConfigError(
             f"algo={choices['algo']} needs a {needs.value} action space, but "
             f"env={choices['env']} ({cfg.env.id}) has a {has.value} one: "
             f"choose env from {envs_for(needs)} or algo from {algos_for(has)}"
+        )
+
+
+def _check_algo_fits_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    from hetrl.options import algos_for_loop, schedulers_for  # import late, as above
+
+    on_policy = get_class(cfg.algo._target_).on_policy
+    if getattr(get_class(cfg.scheduler._target_), "on_policy", False) != on_policy:
+        kind = "an on-policy" if on_policy else "an off-policy"
+        raise ConfigError(
+            f"algo={choices['algo']} is {kind} algorithm and cannot train with "
+            f"scheduler={choices['scheduler']}: choose scheduler from "
+            f"{schedulers_for(on_policy)} or algo from {algos_for_loop(not on_policy)}"
         )

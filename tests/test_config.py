@@ -7,9 +7,9 @@ import pytest
 import torch
 from helpers import compose_job, hetrl_cli, tracking_uri
 from hydra.errors import ConfigCompositionException, InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 
-from hetrl.options import GROUPS, algos_for, group_options, option_config
+from hetrl.options import GROUPS, algos_for, algos_for_loop, group_options, option_config
 from hetrl.schema import ActionSpace, ConfigError, validate
 
 ALL_OPTIONS = [(group, option) for group in GROUPS for option in group_options(group)]
@@ -17,6 +17,11 @@ ALL_OPTIONS = [(group, option) for group in GROUPS for option in group_options(g
 
 def _fitting_algo(env_option: str) -> str:
     return algos_for(ActionSpace(option_config("env", env_option).action_space))[0]
+
+
+def _fitting_algo_for_scheduler(scheduler_option: str) -> str:
+    target = get_class(option_config("scheduler", scheduler_option)._target_)
+    return algos_for_loop(getattr(target, "on_policy", False))[0]
 
 
 def test_the_conf_tree_has_every_group():
@@ -28,6 +33,8 @@ def test_every_option_composes_validates_and_builds(group, option, tmp_path):
     overrides = [f"{group}={option}", f"tracking.uri={tracking_uri(tmp_path)}"]
     if group == "env":
         overrides.append(f"algo={_fitting_algo(option)}")
+    if group == "scheduler":
+        overrides.append(f"algo={_fitting_algo_for_scheduler(option)}")
     cfg, choices = compose_job(*overrides)
     assert choices[group] == option
     validate(cfg, choices)
@@ -114,7 +121,7 @@ def test_incompatible_algo_and_env_name_both_and_the_choices():
         validate(cfg, choices)
     message = str(err.value)
     assert "algo=dqn" in message and "env=pendulum" in message
-    assert "['cartpole']" in message and "['ddpg', 'td3']" in message
+    assert "['cartpole']" in message and "['a2c', 'ddpg', 'ppo', 'td3']" in message
 
 
 def test_declared_action_space_is_checked_against_the_real_env():
@@ -137,7 +144,7 @@ def test_help_lists_groups_and_options(tmp_path):
     assert out.returncode == 0
     for group in GROUPS:
         assert f"{group}: " in out.stdout
-    assert "ddpg, dqn, td3" in out.stdout
+    assert "a2c, ddpg, dqn, ppo, td3" in out.stdout
 
 
 def test_gymnasium_envs_are_real():

@@ -32,8 +32,10 @@ def _planned(*overrides: str):
 
 def test_a_versal_mixed_job_logs_the_plan_and_modeled_figures(tmp_path, client):
     result = run_job(tmp_path, "algo=dqn", "platform=versal", "precision=mixed", *TINY)
-    (run,) = mlflow_runs(tmp_path)
-    assert run.info.status == "FINISHED"
+    runs = {r.data.tags["precision"]: r for r in mlflow_runs(tmp_path)}
+    assert set(runs) == {"mixed", "fp32"}  # the fp32 twin was trained for the reward error
+    run = runs["mixed"]
+    assert run.info.status == "FINISHED" and run.data.metrics["reward_error_pct"] >= 0
     assert run.data.tags["platform"] == "versal" and run.data.tags["partitioner"] == "ilp"
     metrics = run.data.metrics
     assert metrics["eps_platform"] > 0 and metrics["eps_host"] > 0  # modeled beside measured

@@ -93,7 +93,7 @@ def mixed(node: Node, device: str) -> str:
     return {"ps": "float32", "pl": "float16", "aie": "bfloat16"}[device]
 
 
-def test_cost_table_shapes_dtypes_master_weight_sync_and_resources(versal):
+def test_cost_table_shapes_dtypes_and_resources(versal):
     layer, act = gemm(64), gemm(64, Kind.elementwise)
     graph = TaskGraph([layer, act], [Edge(0, 1, 4.0 * 64 * 64)])
     table = versal.cost_table(graph, mixed)
@@ -103,17 +103,37 @@ def test_cost_table_shapes_dtypes_master_weight_sync_and_resources(versal):
     assert np.all(np.diagonal(table.comm[0]) == 0)
     # the edge leaves the PL in fp16: half the bytes of the same edge leaving the PS in fp32
     assert table.comm[0, 1, 0] == pytest.approx(versal.edge_seconds(2.0 * 64 * 64, "pl", "ps"))
-    no_sync = versal.cost_table(graph, mixed, master_weight_sync=False)
-    assert table.seconds[0, 1] == no_sync.seconds[0, 1]  # a forward uses the fp16 working copy
-    update = dataclasses.replace(layer, pass_=Pass.update, kind=Kind.optimizer)
-    updates = TaskGraph([update], [])
-    sync = versal.edge_seconds(update.param_bytes, "pl", "ps")
-    synced = versal.cost_table(updates, mixed).seconds
-    unsynced = versal.cost_table(updates, mixed, master_weight_sync=False).seconds
-    assert synced[0, 1] == pytest.approx(unsynced[0, 1] + sync)  # once a step, at the update
-    assert table.capacity["dsp"].tolist() == [math.inf, 1312, math.inf]
     assert table.usage["tiles"][0].tolist() == [0, 0, 8]
     assert table.usage["lut"][0, 2] > 0  # an AIE node takes PL LUTs for its PLIO movers
+    assert table.capacity["dsp"].tolist() == [math.inf, 1312, math.inf]
+
+
+def test_fp16_layers_fetch_master_weights_each_forward_and_write_them_back_at_the_update(versal):
+    """The sync is part of an fp16 layer, not of where its update runs: a plan cannot dodge it
+    by updating on the PS. Backward reuses the forward's working copy; bf16 (AIE) keeps no
+    master; layers without weights move none."""
+    layer = gemm(64)
+    passes = [layer, dataclasses.replace(layer, pass_=Pass.backward),
+              dataclasses.replace(layer, pass_=Pass.update, kind=Kind.optimizer),
+              dataclasses.replace(layer, kind=Kind.elementwise, param_bytes=0.0)]
+    graph = TaskGraph(passes, [])
+    extra = (versal.cost_table(graph, mixed).seconds
+             - versal.cost_table(graph, mixed, master_weight_sync=False).seconds)
+    sync = versal.edge_seconds(layer.param_bytes, "pl", "ps")  # fp32 masters, to the host
+    assert extra[:, 1] == pytest.approx([sync, 0, sync, 0])
+    assert np.all(extra[:, [0, 2]][np.isfinite(extra[:, [0, 2]])] == 0)
+    assert versal.node_seconds(passes[2], "aie", "bfloat16") < math.inf  # AIE updates in bf16
+
+
+def test_a_slower_clock_scales_a_devices_rates_bandwidth_and_launch(versal):
+    fixar = versal.clocked("pl", 164 / 245)
+    big, tiny, spec = gemm(1024), gemm(8), versal.specs["pl"]
+    assert fixar.node_seconds(big, "pl", "float32") == pytest.approx(
+        spec.launch_s * 245 / 164 + big.flops / (spec.rates["float32"] * 164 / 245))
+    assert fixar.node_seconds(tiny, "pl", "float16") == pytest.approx(
+        versal.node_seconds(tiny, "pl", "float16") * 245 / 164)  # launch + memory-bound
+    assert fixar.node_seconds(big, "aie", "float32") == versal.node_seconds(big, "aie", "float32")
+    assert versal.specs["pl"] is spec  # the original is untouched
 
 
 @pytest.mark.parametrize("name", MODELED)

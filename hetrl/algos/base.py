@@ -28,6 +28,12 @@ class Learner(nn.Module):
     """
 
     action_space: ClassVar[ActionSpace]
+    on_policy: ClassVar[bool] = False  # trains on its own fresh rollouts (scheduler=onpolicy)
+
+    @classmethod
+    def supports(cls, space: ActionSpace) -> bool:
+        """Whether the learner can act in an action space of this kind."""
+        return cls.action_space == space
 
     def __init__(
         self,

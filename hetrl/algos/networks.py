@@ -1,5 +1,5 @@
-"""Building blocks the learners share: MLPs, the Nature CNN, a bounded actor, Q critics,
-Polyak averaging."""
+"""Building blocks the learners share: MLPs, the Nature CNN, a bounded actor, a stochastic
+policy, Q critics, Polyak averaging."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import torch
 from torch import nn
 
 
-def mlp(sizes: list[int], output_activation: type[nn.Module] | None = None) -> nn.Sequential:
-    """Linear layers of the given widths with ReLU between them."""
+def mlp(sizes: list[int], output_activation: type[nn.Module] | None = None,
+        activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
+    """Linear layers of the given widths with `activation` between them."""
     layers: list[nn.Module] = []
     for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
         layers.append(nn.Linear(n_in, n_out))
         if i < len(sizes) - 2:
-            layers.append(nn.ReLU())
+            layers.append(activation())
     if output_activation is not None:
         layers.append(output_activation())
     return nn.Sequential(*layers)
@@ -52,6 +53,35 @@ class Actor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs) * self.scale + self.bias
+
+
+class StochasticPolicy(nn.Module):
+    """pi(a|s) of SB3's on-policy MlpPolicy (tanh MLP, no gSDE): a Categorical over logits
+    for a Discrete action space, a diagonal Gaussian with a state-independent log-std for a
+    Box one. `forward` returns the logits or the mean, so the task-graph builder and
+    per-layer precision see a plain network; `distribution` wraps them."""
+
+    def __init__(self, obs_dim: int, hidden: list[int], action_space: gym.Space) -> None:
+        super().__init__()
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        n_out = int(action_space.n) if self.discrete else flat_dim(action_space)
+        self.net = mlp([obs_dim, *hidden, n_out], activation=nn.Tanh)
+        self.log_std = None if self.discrete else nn.Parameter(torch.zeros(n_out))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs)
+
+    def distribution(self, obs: torch.Tensor) -> torch.distributions.Distribution:
+        out = self(obs).float()
+        if self.log_std is None:
+            return torch.distributions.Categorical(logits=out)
+        normal = torch.distributions.Normal(out, self.log_std.exp())
+        return torch.distributions.Independent(normal, 1)  # log-prob summed over action dims
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action: the most likely class or the mean."""
+        out = self(obs)
+        return out.argmax(dim=1) if self.discrete else out
 
 
 class QCritic(nn.Module):

@@ -62,3 +62,18 @@ def actor_critic_step_graph(batch_size: int, obs_shape: tuple[int, ...], actor: 
     step.backward(actions, action_grad)
     step.update(actions)
     return step.graph
+
+
+def policy_gradient_step_graph(batch_size: int, obs_shape: tuple[int, ...], actor: nn.Module,
+                               critic: nn.Module) -> TaskGraph:
+    """A2C or PPO on one (mini)batch: actor and critic forward on obs, one loss (policy,
+    value and entropy terms summed), backward through both networks and their updates.
+    The rollout's values and the Gaussian's state-independent log-std are not nodes."""
+    step = StepGraph(batch_size)
+    policy = step.forward("actor", actor, obs_shape)
+    value = step.forward("critic", critic, obs_shape)
+    loss = step.loss("loss", policy, value)
+    for fwd in (policy, value):
+        step.backward(fwd, loss)
+        step.update(fwd)
+    return step.graph

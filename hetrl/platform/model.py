@@ -7,12 +7,15 @@ takes
     t = launch_s[k] + max(flops_i / rate[k][d], bytes_i(d) / mem_bandwidth[k])
 
 with bytes_i = bytes_in + bytes_out + param_bytes, given for float32 and scaled by d's width
-(specs/ap-drl-pearl.md §A.2.4). The numerics of a job still run for real on this host
-(`.device`); only the step time is modeled.
+(specs/ap-drl-pearl.md §A.2.4), plus, for a weight layer in fp16, the sync of its master
+weights with the host (`master_sync_seconds`). The numerics of a job still run for real on
+this host (`.device`); only the step time is modeled.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 
@@ -63,15 +66,36 @@ class ModeledPlatform:
         nbytes = (node.bytes_in + node.bytes_out + node.param_bytes) * dtype_scale(dtype)
         return spec.launch_s + max(node.flops / rate, nbytes / spec.mem_bandwidth)
 
+    def clocked(self, device: str, scale: float) -> ModeledPlatform:
+        """A copy with `device` clocked `scale` times as fast: its rates and memory bandwidth
+        times `scale`, its launch time divided by it (all clock-bound on an FPGA; links are
+        left as they are). For a baseline on slower fabric, e.g. FIXAR's PL at 164 MHz against
+        AP-DRL's 245 MHz (spec D.1 #16)."""
+        if scale <= 0:
+            raise ValueError(f"scale={scale!r} is invalid: valid values are > 0")
+        spec = self.specs[device]
+        scaled = dataclasses.replace(
+            spec, rates={dtype: rate * scale for dtype, rate in spec.rates.items()},
+            mem_bandwidth=spec.mem_bandwidth * scale, launch_s=spec.launch_s / scale)
+        clone = copy.copy(self)
+        clone.specs = {**self.specs, device: scaled}
+        return clone
+
     def edge_seconds(self, nbytes: float, src: str, dst: str) -> float:
         """Time to move nbytes from device src to dst (0 when src == dst)."""
         return self._network.seconds(nbytes, src, dst)
 
     def master_sync_seconds(self, node: Node, device: str, dtype: str) -> float:
-        """AP-DRL §A.2.5: a layer training in fp16 exchanges its fp32 master weights with the
-        host (which keeps them) once a step: param_bytes over the link(s) to the host, charged
-        to the layer's update node (forward and backward use the working copy)."""
-        if DType(dtype) not in MASTER_WEIGHT_DTYPES or node.pass_ is not Pass.update:
+        """AP-DRL §A.2.5-A.2.6: a weight layer computing in fp16 works on a copy of the fp32
+        master weights the host keeps, and the paper's PL dataflow streams those masters with
+        each pass's input ("master-weight backups accompany input data streams" [P]), without
+        overlapping compute (Table IV: ≥ 22 % slower on small networks [P]). So each forward
+        pass fetches param_bytes of masters from the host and the update writes them back,
+        both over the link(s) to the host and added to the node's time; a backward reuses its
+        forward's working copy. Wherever the update runs, the next step's forward pays the
+        fetch, so a plan cannot dodge the sync by moving updates to the host."""
+        if (DType(dtype) not in MASTER_WEIGHT_DTYPES or node.pass_ is Pass.backward
+                or not node.param_bytes):
             return 0.0
         return self.edge_seconds(node.param_bytes, device, self.host)
 

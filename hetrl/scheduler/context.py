@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Callable
 
 import gymnasium as gym
+import numpy as np
 
 from hetrl.algos.base import Learner
 from hetrl.precision.uniform import UniformPrecision
@@ -32,8 +34,9 @@ class Training:
     stop: threading.Event = field(default_factory=threading.Event)
 
 
-TRAINING_PHASES = ("replay_add", "sample", "update")
-"""PEARL's training iteration: what eps_host divides by."""
+TRAINING_PHASES = ("replay_add", "rollout_add", "advantages", "sample", "update")
+"""PEARL's training iteration: what eps_host divides by (on-policy: store, GAE, minibatch,
+update)."""
 
 
 def loop_metrics(state: LoopState, learner: Learner, learner_metrics: dict) -> dict[str, float]:
@@ -54,3 +57,40 @@ def loop_metrics(state: LoopState, learner: Learner, learner_metrics: dict) -> d
         metrics[f"phase/{name}_pct"] = 100.0 * seconds / wall
     metrics.update({f"learner/{k}": float(v) for k, v in learner_metrics.items()})
     return metrics
+
+
+def _crossed(step: int, n: int, every: int) -> bool:
+    """Whether the last n steps, ending at `step`, crossed a multiple of `every`."""
+    return every > 0 and step // every > (step - n) // every
+
+
+class StepBoundary:
+    """What a loop does after each of its steps: keep the wall time, honour a stop request
+    (checkpoint, then raise Stopped), log every `log_every` env steps and at the end, and
+    checkpoint every `checkpoint_every` env steps."""
+
+    def __init__(self, t: Training, state: LoopState) -> None:
+        self.t, self.state = t, state
+        self._tick = perf_counter()
+
+    def __call__(self, n: int, obs: np.ndarray, learner_metrics: dict) -> None:
+        """After a step of `n` env steps that ended at observations `obs`."""
+        t, state = self.t, self.state
+        finished = state.step >= t.steps
+        log_due = _crossed(state.step, n, t.log_every) or finished
+        checkpoint_due = _crossed(state.step, n, t.checkpoint_every)
+        if log_due or t.stop.is_set() or checkpoint_due:
+            now = perf_counter()
+            state.elapsed_s += now - self._tick
+            self._tick = now
+            state.obs = obs
+        if t.stop.is_set():
+            t.checkpoint(state)
+            raise Stopped(f"stopped at step {state.step}")
+        if log_due:
+            metrics = loop_metrics(state, t.learner, learner_metrics)
+            if "return_mean_100" in metrics:
+                state.history.append((state.step, metrics["return_mean_100"]))
+            t.report(state.step, metrics)
+        if checkpoint_due and not finished:
+            t.checkpoint(state)

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-from time import perf_counter
-
 import numpy as np
 
-from hetrl.scheduler.context import Stopped, Training, loop_metrics
+from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.state import LoopState, PhaseTimer
-
-
-def _crossed(step: int, n: int, every: int) -> bool:
-    """Whether the last n steps, ending at `step`, crossed a multiple of `every`."""
-    return every > 0 and step // every > (step - n) // every
 
 
 class SyncScheduler:
@@ -22,6 +15,8 @@ class SyncScheduler:
     by `gradient_steps` updates once `learning_starts` steps have been collected.
     """
 
+    on_policy = False
+
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         envs, learner, replay = t.envs, t.learner, t.replay
         timer = PhaseTimer(state.phase_s)
@@ -29,7 +24,7 @@ class SyncScheduler:
         n_envs = envs.num_envs
         obs = state.obs
         learner_metrics: dict = {}
-        tick = perf_counter()
+        boundary = StepBoundary(t, state)
 
         while state.step < t.steps:
             with timer("act"):
@@ -61,21 +56,5 @@ class SyncScheduler:
                         learner_metrics = learner.update(batch)
                     state.updates += 1
 
-            finished = state.step >= t.steps
-            log_due = _crossed(state.step, n_envs, t.log_every) or finished
-            if log_due or t.stop.is_set() or _crossed(state.step, n_envs, t.checkpoint_every):
-                now = perf_counter()
-                state.elapsed_s += now - tick
-                tick = now
-                state.obs = obs
-            if t.stop.is_set():
-                t.checkpoint(state)
-                raise Stopped(f"stopped at step {state.step}")
-            if log_due:
-                metrics = loop_metrics(state, learner, learner_metrics)
-                if "return_mean_100" in metrics:
-                    state.history.append((state.step, metrics["return_mean_100"]))
-                t.report(state.step, metrics)
-            if _crossed(state.step, n_envs, t.checkpoint_every) and not finished:
-                t.checkpoint(state)
+            boundary(n_envs, obs, learner_metrics)
         return loop_metrics(state, learner, learner_metrics)

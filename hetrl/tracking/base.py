@@ -14,6 +14,11 @@ class Tracker(Protocol):
 
     def log_params(self, params: Mapping[str, object]) -> None: ...
 
+    def set_tags(self, tags: Mapping[str, str]) -> None: ...
+
+    def find_metric(self, tags: Mapping[str, str], metric: str) -> float | None:
+        """The final `metric` of the latest FINISHED run with these tags, if any."""
+
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
 
     def log_artifact(self, path: Path) -> None: ...
@@ -37,6 +42,12 @@ class NullTracker:
 
     def log_params(self, params: Mapping[str, object]) -> None:
         pass
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        pass
+
+    def find_metric(self, tags: Mapping[str, str], metric: str) -> float | None:
+        return None
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         pass

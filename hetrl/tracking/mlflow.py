@@ -9,7 +9,7 @@ from typing import Mapping
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from mlflow.entities import Metric, Param  # noqa: E402
+from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME  # noqa: E402
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH  # noqa: E402
@@ -56,6 +56,17 @@ class MlflowTracker:
         items = [Param(k, str(v)[:MAX_PARAM_VAL_LENGTH]) for k, v in params.items()]
         for i in range(0, len(items), _BATCH):
             self.client.log_batch(self.run_id, params=items[i : i + _BATCH])
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def find_metric(self, tags: Mapping[str, str], metric: str) -> float | None:
+        found = " and ".join(f"tags.{k} = '{v}'" for k, v in tags.items())
+        runs = self.client.search_runs(
+            [self.experiment_id], filter_string=f"{found} and attributes.status = 'FINISHED'",
+            order_by=["attributes.start_time DESC"], max_results=1,
+        )
+        return runs[0].data.metrics.get(metric) if runs else None
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         now = int(time.time() * 1000)

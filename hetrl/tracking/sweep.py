@@ -21,7 +21,8 @@ from omegaconf import DictConfig
 PARENT_ENV = "HETRL_PARENT_RUN_ID"  # read by the jobs' tracking config
 CHOICE_TAGS = ("algo", "env", "platform", "precision", "partitioner", "scheduler", "replay",
                "seed")
-SUMMARY_METRICS = ("return_mean_100", "sps", "eps_host", "updates", "eps_platform")
+SUMMARY_METRICS = ("return_mean_100", "reward_error_pct", "sps", "eps_host", "eps_platform",
+                   "updates")
 
 
 class MlflowSweep(Callback):

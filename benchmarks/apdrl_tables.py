@@ -1,0 +1,244 @@
+"""AP-DRL's result tables, in kind, on the modeled `versal` platform (specs/ap-drl-pearl.md §A.5).
+
+Run from the repository root:
+
+    python benchmarks/apdrl_tables.py
+
+Every hetrl figure printed here is MODELED by the analytical platform model
+(hetrl/platform/model.py, conf/platform/versal.yaml); none is measured. The paper's figures
+(VEK280 hardware emulation) are printed beside them for comparison only.
+
+- A step time is the plan's `makespan`: the list-scheduled realization of the ILP's
+  assignment, i.e. a schedule the devices could run. The ILP objective is only a lower bound
+  (eq. 6 bounds each device's serial load but lets its nodes overlap), and the paper's
+  figures are run times, so speedups and ratios are makespan over makespan.
+- (a) Table IV: DQN-CartPole at batch 64 (the paper gives none; D.1 #18), "FP32" is the ILP
+  plan under precision=fp32, "mixed" under precision=mixed. "no sync" is the mixed ratio with
+  the master-weight sync cost set to 0 (the T6 consistency check).
+- (b) the six Table III workloads at batch 1024. DQN, DDPG and A2C are hetrl's learners,
+  composed with Hydra. Breakout is DQN's step graph on the Nature CNN (no Atari learner).
+  PPO-MsPacman is a STAND-IN: PPO's step graph (`policy_gradient_step_graph`: actor and
+  critic forward, one loss, both backward and updated) on a Nature-CNN actor (9 logits) and
+  a Nature-CNN critic (1 value); hetrl's PPO learner has MLPs only.
+  Baselines: `aie_only` and `pl_only` as versal.yaml declares them, and a FIXAR-like one
+  (paper: CPU-FPGA fixed point at 164 MHz): every node on the PL clocked 164/245 as fast
+  (`ModeledPlatform.clocked`), 16-bit operands costed as fp16-sized bytes, no master-weight
+  sync (fixed-point training keeps no float master copy). It lives here, not in versal.yaml,
+  so that no partitioner can place nodes on it.
+- (c) DDPG-LunarCont at batch 256 / 512 / 1024: the FLOP share of MM nodes on the AIE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.utils import instantiate
+from omegaconf import DictConfig, open_dict
+
+from hetrl import CONF_DIR, schema
+from hetrl.algos.base import Learner
+from hetrl.algos.networks import nature_cnn
+from hetrl.partition.costs import Plan
+from hetrl.partition.flops import PAPER_KINDS, per_sample_flops
+from hetrl.partition.graph import Kind, TaskGraph
+from hetrl.partition.ilp import IlpPartitioner
+from hetrl.partition.planning import StepPlan, plan_step
+from hetrl.partition.single import SinglePartitioner
+from hetrl.partition.steps import dqn_step_graph, policy_gradient_step_graph
+from hetrl.platform.model import ModeledPlatform
+
+ATARI_OBS = (4, 84, 84)
+FIXAR_CLOCK = 164e6 / 245e6  # [P] FIXAR's PL clock over AP-DRL's
+TABLE_IV = {(64, 64): (0.21, 0.27, 0.78), (400, 300): (32.55, 28.81, 1.13),
+            (4096, 3072): (2175.12, 729.91, 2.98)}  # [P] FP32 ms, BF16 ms, speedup
+TABLE_IV_BATCH = 64  # [S] D.1 #18
+SPEEDUP_BATCH = 1024
+ALLOCATION_BATCHES = (256, 512, 1024)  # [P] Figs. 14-15
+
+GraphAt = Callable[[int], TaskGraph]
+"""A workload's training-step graph at a batch size."""
+
+
+def compose_job(*overrides: str) -> DictConfig:
+    """The job config `python -m hetrl <overrides>` would get (device=cpu: nothing runs)."""
+    schema.register()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["device=cpu", *overrides])
+    with open_dict(cfg):
+        cfg.pop("hydra", None)
+    return cfg
+
+
+def learner_graph(*overrides: str) -> GraphAt:
+    """The step graph of the learner these overrides build (on first use)."""
+    @cache
+    def learner() -> Learner:
+        cfg = compose_job(*overrides)
+        envs = instantiate(cfg.env)
+        built = instantiate(cfg.algo, obs_space=envs.single_observation_space,
+                            act_space=envs.single_action_space, device=torch.device("cpu"))
+        envs.close()
+        return built
+
+    return lambda batch: learner().task_graph(batch)
+
+
+def cartpole_dqn(hidden: tuple[int, int]) -> GraphAt:
+    """DQN-CartPole with these hidden sizes (Table III's and Table IV's network)."""
+    return learner_graph("algo=dqn", "env=cartpole", f"algo.hidden=[{hidden[0]},{hidden[1]}]")
+
+
+def on_policy_graph(actor: torch.nn.Module, critic: torch.nn.Module,
+                    obs_shape: tuple[int, ...]) -> GraphAt:
+    """A PPO/A2C minibatch step on these networks, for a workload no learner config builds."""
+    return lambda batch: policy_gradient_step_graph(batch, obs_shape, actor, critic)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    paper_flops: float  # [P] Table III "Train FLOPs (per batch size)"
+    graph_at: GraphAt
+
+
+def table_iii() -> list[Workload]:
+    """AP-DRL's six Table III workloads, in increasing paper FLOPs."""
+    return [
+        Workload("A2C-InvPendulum", 2.31e3, learner_graph("algo=a2c", "env=inverted_pendulum",
+                                                          "algo.hidden=[64,64]")),
+        Workload("DQN-CartPole", 28.04e3, cartpole_dqn((64, 64))),
+        Workload("DDPG-MntnCarCont", 2.19e6, learner_graph(
+            "algo=ddpg", "env=mountaincar_continuous", "algo.hidden=[400,300]")),
+        Workload("DDPG-LunarCont", 2.25e6, learner_graph(
+            "algo=ddpg", "env=lunarlander_continuous", "algo.hidden=[400,300]")),
+        Workload("DQN-Breakout", 68.17e6, lambda batch: dqn_step_graph(
+            nature_cnn(4), nature_cnn(4), batch, ATARI_OBS)),
+        Workload("PPO-MsPacman (stand-in)", 106.23e6, on_policy_graph(
+            nature_cnn(9), nature_cnn(1), ATARI_OBS)),
+    ]
+
+
+@dataclass
+class GraphLearner:
+    """What `plan_step` reads of a learner: the step graph at its batch size."""
+
+    graph_at: GraphAt
+    batch_size: int
+
+    def task_graph(self, batch_size: int) -> TaskGraph:
+        return self.graph_at(batch_size)
+
+
+class Versal:
+    """The modeled `versal` platform with the ILP partitioner and both precision policies."""
+
+    def __init__(self) -> None:
+        cfg = compose_job("platform=versal", "precision=mixed", "partitioner=ilp")
+        self.platform: ModeledPlatform = instantiate(cfg.platform)
+        self.mixed = instantiate(cfg.precision)
+        self.fp32 = instantiate(compose_job("precision=fp32").precision)
+        self.ilp: IlpPartitioner = instantiate(cfg.partitioner)
+
+    def plan(self, graph_at: GraphAt, batch: int, precision) -> StepPlan:
+        """The ILP plan and the platform's baselines, as a job would plan its step."""
+        return plan_step(GraphLearner(graph_at, batch), self.platform, precision, self.ilp)
+
+    def plan_unsynced(self, graph: TaskGraph) -> Plan:
+        """The mixed-precision ILP plan with the master-weight sync cost set to 0."""
+        costs = self.platform.cost_table(graph, self.mixed.dtype_chooser(self.platform),
+                                         master_weight_sync=False)
+        return self.ilp.partition(costs)
+
+    def fixar(self, graph: TaskGraph) -> Plan:
+        """The FIXAR-like baseline: everything on a 164 MHz PL, 16-bit bytes, no master copy."""
+        costs = self.platform.clocked("pl", FIXAR_CLOCK).cost_table(
+            graph, lambda node, device: "float16", master_weight_sync=False)
+        return SinglePartitioner("pl").partition(costs)
+
+
+def flop_share(step: StepPlan, device: str, kinds: Sequence[Kind] = (Kind.matmul,)) -> float:
+    """The share of the FLOPs of nodes of `kinds` that the plan puts on `device`."""
+    flops = np.array([node.flops for node in step.graph.nodes])
+    mine = np.array([node.kind in kinds for node in step.graph.nodes])
+    on = np.array([step.plan.devices[k] == device for k in step.plan.assignment])
+    return float(flops[mine & on].sum() / flops[mine].sum())
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Rank correlation (no ties expected)."""
+    rx, ry = (np.argsort(np.argsort(v)) for v in (x, y))
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.4g}"
+
+
+def print_table_iv(versal: Versal) -> None:
+    print(f"(a) Table IV in kind: DQN-CartPole, batch {TABLE_IV_BATCH}; modeled step = ILP plan "
+          "makespan\n")
+    print("| hidden | FP32 step ms (modeled) | mixed step ms (modeled) | FP32/mixed (modeled) "
+          "| no sync (modeled) | paper FP32 ms | paper BF16 ms | paper speedup |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for hidden, (paper_fp32, paper_bf16, paper_ratio) in TABLE_IV.items():
+        graph_at = cartpole_dqn(hidden)
+        fp32 = versal.plan(graph_at, TABLE_IV_BATCH, versal.fp32).plan
+        mixed = versal.plan(graph_at, TABLE_IV_BATCH, versal.mixed).plan
+        unsynced = versal.plan_unsynced(graph_at(TABLE_IV_BATCH))
+        print(f"| {hidden} | {ms(fp32.makespan)} | {ms(mixed.makespan)} "
+              f"| {fp32.makespan / mixed.makespan:.2f} | {fp32.makespan / unsynced.makespan:.2f} "
+              f"| {paper_fp32} | {paper_bf16} | {paper_ratio} |")
+
+
+def print_speedups(versal: Versal, workloads: Sequence[Workload]) -> None:
+    print(f"\n(b) Speedups at batch {SPEEDUP_BATCH}, all modeled (AP-DRL = mixed precision, ILP)\n")
+    print("| workload | train FLOPs/sample (hetrl count) | paper FLOPs | AP-DRL step ms "
+          "| vs AIE-only | vs PL-only (fp16, 245 MHz) | vs FIXAR-like (164 MHz) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    vs_pl = []
+    for workload in workloads:
+        step = versal.plan(workload.graph_at, SPEEDUP_BATCH, versal.mixed)
+        metrics = step.metrics(SPEEDUP_BATCH)
+        fixar = versal.fixar(step.graph).makespan / step.plan.makespan
+        flops = per_sample_flops(step.graph, SPEEDUP_BATCH, PAPER_KINDS)
+        vs_pl.append(metrics["speedup_vs_pl_only"])
+        print(f"| {workload.name} | {flops:.4g} | {workload.paper_flops:.4g} "
+              f"| {ms(step.plan.makespan)} | {metrics['speedup_vs_aie_only']:.2f} "
+              f"| {vs_pl[-1]:.2f} | {fixar:.2f} |")
+    print("| paper (emulation) | | 2.31K-106.23M | | 1.61-3.82 | | 0.98-4.17 (vs FIXAR) |")
+    paper = [workload.paper_flops for workload in workloads]
+    print("\nSpearman(paper train FLOPs, modeled speedup vs PL-only) = "
+          f"{spearman(paper, vs_pl):.2f} (T5 wants >= 0.8)")
+
+
+def print_allocation(versal: Versal, workload: Workload) -> None:
+    print(f"\n(c) {workload.name}: where the ILP puts the MM layer passes, modeled\n")
+    print("| batch | AIE share of MM FLOPs | MM nodes PS / PL / AIE | step ms |")
+    print("|---:|---:|---|---:|")
+    for batch in ALLOCATION_BATCHES:
+        step = versal.plan(workload.graph_at, batch, versal.mixed)
+        counts = [sum(node.kind is Kind.matmul and step.plan.devices[k] == device
+                      for node, k in zip(step.graph.nodes, step.plan.assignment))
+                  for device in step.plan.devices]
+        print(f"| {batch} | {flop_share(step, 'aie'):.3f} | {' / '.join(map(str, counts))} "
+              f"| {ms(step.plan.makespan)} |")
+    print("\npaper (Figs. 14-15): more layer nodes move to the AIE as the batch grows")
+
+
+def main() -> None:
+    versal = Versal()
+    workloads = table_iii()
+    print_table_iv(versal)
+    print_speedups(versal, workloads)
+    print_allocation(versal, next(w for w in workloads if w.name == "DDPG-LunarCont"))
+
+
+if __name__ == "__main__":
+    main()

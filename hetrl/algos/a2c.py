@@ -1,0 +1,113 @@
+"""A2C (Mnih et al. 2016, synchronous variant as in SB3): separate actor and critic MLPs,
+GAE advantages, one gradient step per rollout on policy loss + value loss − entropy bonus.
+
+On-policy schedule in the base Learner's terms (the scheduler reads them): a rollout is
+`n_steps` steps of each of `n_envs` envs, so `train_freq` = `buffer_size` = n_steps × n_envs,
+`learning_starts` = 0, and `batch_size` × `gradient_steps` covers the rollout `n_epochs`
+times (A2C: one batch of the whole rollout, one epoch).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from hetrl.algos.base import Learner
+from hetrl.algos.networks import StochasticPolicy, flat_dim, mlp
+from hetrl.partition.builder import mlp_input_shape
+from hetrl.partition.graph import TaskGraph
+from hetrl.partition.steps import policy_gradient_step_graph
+from hetrl.replay.rollout import RolloutBatch
+from hetrl.schema import ActionSpace
+
+
+class A2C(Learner):
+    on_policy = True
+
+    def __init__(
+        self,
+        obs_space: gym.Space,
+        act_space: gym.Space,
+        *,
+        n_steps: int,
+        n_envs: int,
+        gae_lambda: float,
+        ent_coef: float,
+        vf_coef: float,
+        max_grad_norm: float,
+        normalize_advantage: bool,
+        device: torch.device,
+        hidden: list[int],
+        lr: float,
+        gamma: float,
+    ) -> None:
+        rollout = n_steps * n_envs
+        super().__init__(device=device, batch_size=rollout, buffer_size=rollout,
+                         learning_starts=0, train_freq=rollout, gradient_steps=1,
+                         hidden=hidden, lr=lr, gamma=gamma)
+        self.n_steps, self.n_epochs = n_steps, 1
+        self.gae_lambda, self.ent_coef, self.vf_coef = gae_lambda, ent_coef, vf_coef
+        self.max_grad_norm = max_grad_norm
+        self.normalize_advantage = normalize_advantage
+        obs_dim = flat_dim(obs_space)
+        self.actor = StochasticPolicy(obs_dim, self.hidden, act_space).to(self.device)
+        self.critic = mlp([obs_dim, *self.hidden, 1], activation=torch.nn.Tanh).to(self.device)
+        self.optimizer = self.make_optimizer([*self.actor.parameters(), *self.critic.parameters()])
+        box = isinstance(act_space, gym.spaces.Box)
+        self.low, self.high = (act_space.low, act_space.high) if box else (None, None)
+
+    @classmethod
+    def supports(cls, space: ActionSpace) -> bool:
+        return True  # Categorical or Gaussian policy
+
+    def make_optimizer(self, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        """SB3's A2C optimizer: RMSprop with alpha 0.99, eps 1e-5."""
+        return torch.optim.RMSprop(params, lr=self.lr, alpha=0.99, eps=1e-5)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1).float()
+
+    @torch.no_grad()
+    def explore(self, obs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sampled actions for a batch of observations, their log-probabilities, V(obs)."""
+        obs_t = self.obs_tensor(obs)
+        dist = self.actor.distribution(obs_t)
+        actions = dist.sample()
+        return actions, dist.log_prob(actions), self.value(obs_t)
+
+    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+        """Actions as the env takes them: Box actions clipped to the bounds."""
+        actions = actions.cpu().numpy()
+        return actions if self.low is None else np.clip(actions, self.low, self.high)
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, step: int | None) -> np.ndarray:
+        if step is None:
+            return self.env_actions(self.actor.mode(self.obs_tensor(obs)))
+        return self.env_actions(self.explore(obs)[0])
+
+    def task_graph(self, batch_size: int) -> TaskGraph:
+        """One `update` as a task graph."""
+        return policy_gradient_step_graph(batch_size, mlp_input_shape(self.actor), self.actor,
+                                          self.critic)
+
+    def update(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+        dist = self.actor.distribution(batch.obs)
+        log_prob = dist.log_prob(batch.actions)
+        entropy = dist.entropy().mean()
+        advantages = batch.advantages
+        if self.normalize_advantage:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        policy_loss = -(advantages * log_prob).mean()
+        value_loss = F.mse_loss(self.value(batch.obs), batch.returns)
+        loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy
+
+        self.optimize(self.optimizer, loss, max_grad_norm=self.max_grad_norm)
+
+        self.updates += 1
+        return {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
+                "entropy": entropy.detach()}

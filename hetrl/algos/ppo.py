@@ -1,0 +1,58 @@
+"""PPO (Schulman et al. 2017), clipped surrogate objective, as in SB3/CleanRL: A2C's networks
+and rollout, trained for `n_epochs` passes over the rollout in shuffled minibatches of
+`batch_size`, with Adam. `gradient_steps` = n_epochs × minibatches per rollout."""
+
+from __future__ import annotations
+
+from math import ceil
+from typing import Iterable
+
+import gymnasium as gym
+import torch
+import torch.nn.functional as F
+
+from hetrl.algos.a2c import A2C
+from hetrl.replay.rollout import RolloutBatch
+
+
+class PPO(A2C):
+    def __init__(
+        self,
+        obs_space: gym.Space,
+        act_space: gym.Space,
+        *,
+        batch_size: int,
+        n_epochs: int,
+        clip_range: float,
+        **a2c,
+    ) -> None:
+        super().__init__(obs_space, act_space, **a2c)
+        self.batch_size, self.n_epochs, self.clip_range = batch_size, n_epochs, clip_range
+        self.gradient_steps = n_epochs * ceil(self.buffer_size / batch_size)
+
+    def make_optimizer(self, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        """SB3's PPO optimizer: Adam with eps 1e-5."""
+        return torch.optim.Adam(params, lr=self.lr, eps=1e-5)
+
+    def update(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+        dist = self.actor.distribution(batch.obs)
+        log_prob = dist.log_prob(batch.actions)
+        entropy = dist.entropy().mean()
+        advantages = batch.advantages
+        if self.normalize_advantage:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        ratio = (log_prob - batch.log_probs).exp()
+        clipped = ratio.clamp(1 - self.clip_range, 1 + self.clip_range)
+        policy_loss = -torch.min(advantages * ratio, advantages * clipped).mean()
+        value_loss = F.mse_loss(self.value(batch.obs), batch.returns)
+        loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy
+
+        self.optimize(self.optimizer, loss, max_grad_norm=self.max_grad_norm)
+
+        self.updates += 1
+        with torch.no_grad():
+            clip_fraction = ((ratio - 1).abs() > self.clip_range).float().mean()
+            approx_kl = ((ratio - 1) - ratio.log()).mean()  # CleanRL's k3 estimator
+        return {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
+                "entropy": entropy.detach(), "clip_fraction": clip_fraction,
+                "approx_kl": approx_kl}

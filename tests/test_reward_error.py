@@ -1,0 +1,35 @@
+"""reward_error_pct compares a run with the fp32 run of the same numerics: found or trained."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import mlflow_runs, run_job
+
+from hetrl.tracking.reward_error import reward_error_pct
+
+JOB = ("algo=dqn", "steps=1500", "algo.learning_starts=200", "algo.train_freq=4",
+       "algo.hidden=[32]", "log_every=500", "platform.threads=1")
+
+
+def test_the_fp32_reference_is_trained_once_then_reused(tmp_path):
+    first = run_job(tmp_path, *JOB, "precision=bf16")
+    runs = mlflow_runs(tmp_path)
+    assert sorted(r.data.tags["precision"] for r in runs) == ["bf16", "fp32"]
+    (reference,) = [r for r in runs if r.data.tags["precision"] == "fp32"]
+    expected = reward_error_pct(first["return_mean_100"],
+                                reference.data.metrics["return_mean_100"])
+    assert first["reward_error_pct"] == pytest.approx(expected)
+
+    second = run_job(tmp_path, *JOB, "precision=fp16")
+    assert len(mlflow_runs(tmp_path)) == 3  # no second fp32 run
+    assert second["reward_error_pct"] >= 0
+    fp32 = run_job(tmp_path, *JOB, "precision=fp32")
+    assert "reward_error_pct" not in fp32
+    assert fp32["return_mean_100"] == reference.data.metrics["return_mean_100"]  # same seed
+
+
+def test_other_numerics_are_not_a_reference(tmp_path):
+    run_job(tmp_path, *JOB, "precision=fp32", "seed=1")
+    run_job(tmp_path, *JOB, "precision=bf16")  # seed 0: needs its own fp32 run
+    assert sorted(r.data.tags["precision"] for r in mlflow_runs(tmp_path)) == [
+        "bf16", "fp32", "fp32"]
