@@ -7,7 +7,7 @@ from helpers import hetrl_cli, metric_history, mlflow_runs, run_job
 
 def test_dqn_solves_cartpole_within_its_default_budget(tmp_path):
     """rl-zoo3's tuned DQN (conf/tuned/dqn_cartpole.yaml) within its default budget."""
-    result = run_job(tmp_path, "algo=dqn", "env=cartpole", "platform.threads=1")
+    result = run_job(tmp_path, "algo=dqn", "env=cartpole")
     curve = metric_history(tmp_path, result["run_id"], "return_mean_100")
     assert curve[0][1] < 100  # it starts unsolved
     assert max(value for _, value in curve) >= 195
@@ -17,7 +17,7 @@ def test_td3_swings_up_pendulum(tmp_path):
     """rl-zoo3's TD3 Pendulum settings with a [64, 64] network and 1000 warm-up steps,
     so that the last 100 episodes (20k steps) come after learning within CI's budget."""
     result = run_job(tmp_path, "algo=td3", "env=pendulum", "steps=25000", "algo.hidden=[64,64]",
-                     "algo.learning_starts=1000", "platform.threads=1")
+                     "algo.learning_starts=1000")
     assert result["return_mean_100"] >= -300
 
 

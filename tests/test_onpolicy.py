@@ -17,7 +17,7 @@ from hetrl.replay.rollout import gae
 from hetrl.scheduler.context import Stopped
 from hetrl.schema import ConfigError, validate
 
-FAST = ("tracking=none", "platform.threads=1")  # one torch thread: the CPU is shared
+FAST = ("tracking=none")  # one torch thread: the CPU is shared
 
 
 def test_gae_matches_a_hand_computed_rollout():
@@ -43,13 +43,13 @@ def _curve(tmp_path, result):
 
 def test_ppo_learns_cartpole(tmp_path):
     # the tuned rl-zoo3 setup (8 envs, n_steps 32, minibatch 256, 20 epochs) on 30k steps
-    result = run_job(tmp_path, "algo=ppo", "steps=30000", "log_every=2560", "platform.threads=1")
+    result = run_job(tmp_path, "algo=ppo", "steps=30000", "log_every=2560")
     curve = _curve(tmp_path, result)
     assert curve[-1] >= 150 and curve[-1] >= 3 * curve[0], curve
 
 
 def test_a2c_learns_cartpole(tmp_path):
-    result = run_job(tmp_path, "algo=a2c", "steps=30000", "log_every=2000", "platform.threads=1")
+    result = run_job(tmp_path, "algo=a2c", "steps=30000", "log_every=2000")
     curve = _curve(tmp_path, result)
     assert result["updates"] == 30000 / (5 * 8)
     assert curve[-1] >= 100 and curve[-1] >= 3 * curve[0], curve

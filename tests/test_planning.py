@@ -16,8 +16,8 @@ from hetrl.partition.objective import objective
 from hetrl.partition.planning import plan_step
 from hetrl.schema import ConfigError
 
-TINY = ("steps=300", "algo.learning_starts=100", "algo.train_freq=4", "algo.hidden=[32,32]",
-        "algo.batch_size=32", "log_every=100")
+TINY = ("steps=300", "algo.learning_starts=100", "algo.train_freq=4", "algo.gradient_steps=1",
+        "algo.hidden=[32,32]", "algo.batch_size=32", "log_every=100")
 
 
 def _planned(*overrides: str):

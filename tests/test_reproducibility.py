@@ -10,8 +10,7 @@ import time
 from helpers import metric_history, mlflow_runs, run_job, tracking_uri
 
 JOB = ("algo=dqn", "env=cartpole", "steps=10000", "algo.learning_starts=500", "algo.train_freq=4",
-       "algo.gradient_steps=1", "algo.target_update_interval=100", "log_every=500",
-       "platform.threads=1")
+       "algo.gradient_steps=1", "algo.target_update_interval=100", "log_every=500")
 
 
 def _returns(tmp_path, run_id):

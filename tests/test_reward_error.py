@@ -8,7 +8,7 @@ from helpers import mlflow_runs, run_job
 from hetrl.tracking.reward_error import reward_error_pct
 
 JOB = ("algo=dqn", "steps=1500", "algo.learning_starts=200", "algo.train_freq=4",
-       "algo.hidden=[32]", "log_every=500", "platform.threads=1")
+       "algo.gradient_steps=1", "algo.hidden=[32]", "log_every=500")
 
 
 def test_the_fp32_reference_is_trained_once_then_reused(tmp_path):
