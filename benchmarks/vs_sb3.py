@@ -76,13 +76,12 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
-from hydra.core.global_hydra import GlobalHydra  # noqa: E402
 from hydra.utils import instantiate  # noqa: E402
-from omegaconf import DictConfig, open_dict  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
 from torch import nn  # noqa: E402
 
-from hetrl import CONF_DIR, experiment, schema  # noqa: E402
+from hetrl import experiment, schema  # noqa: E402
+from hetrl.options import compose_job  # noqa: E402
 from hetrl.algos.base import Batch  # noqa: E402
 from hetrl.scheduler.context import Stopped  # noqa: E402
 
@@ -147,18 +146,6 @@ def workloads(args: argparse.Namespace) -> list[Workload]:
 
 
 # ---- hetrl through its config ----------------------------------------------------------
-
-
-def compose_job(*overrides: str) -> tuple[DictConfig, dict[str, str]]:
-    """The job config and runtime choices `python -m hetrl <overrides>` would get."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
-    choices = dict(cfg.hydra.runtime.choices)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    GlobalHydra.instance().clear()
-    return cfg, choices
 
 
 def random_transitions(env_id: str, n: int, seed: int = 0) -> tuple[np.ndarray, ...]:

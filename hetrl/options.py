@@ -6,13 +6,28 @@ from functools import cache
 
 from hydra.core.config_store import ConfigStore
 from hydra.utils import get_class
-from omegaconf import DictConfig, OmegaConf
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hetrl import CONF_DIR
 from hetrl.schema import ActionSpace
 
 GROUPS = ("algo", "env", "platform", "precision", "partitioner", "scheduler", "replay", "tracking")
 """The config groups a user chooses from (`tuned` and `schema` are internal)."""
+
+
+def compose_job(*overrides: str) -> tuple[DictConfig, dict[str, str]]:
+    """The job config and runtime choices `python -m hetrl <overrides>` would get, composed
+    in-process (for tests and benchmarks). Needs `hetrl.schema.register()` first."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    GlobalHydra.instance().clear()
+    choices = dict(cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg, choices
 
 
 def group_options(group: str) -> list[str]:

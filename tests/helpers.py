@@ -8,25 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from mlflow.tracking import MlflowClient
-from omegaconf import DictConfig, open_dict
 
-from hetrl import CONF_DIR, experiment, schema
+from hetrl import experiment, schema
+from hetrl.options import compose_job
 
 schema.register()
-
-
-def compose_job(*overrides: str) -> tuple[DictConfig, dict[str, str]]:
-    """The job config and runtime choices `python -m hetrl <overrides>` would get."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
-    choices = dict(cfg.hydra.runtime.choices)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg, choices
 
 
 def run_job(tmp_path: Path, *overrides: str) -> dict:
