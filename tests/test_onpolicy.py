@@ -17,7 +17,7 @@ from hetrl.replay.rollout import gae
 from hetrl.scheduler.context import Stopped
 from hetrl.schema import ConfigError, validate
 
-FAST = ("tracking=none")  # one torch thread: the CPU is shared
+FAST = ("tracking=none",)
 
 
 def test_gae_matches_a_hand_computed_rollout():
