@@ -57,10 +57,11 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
                 tracker.log_params(_flatten(OmegaConf.to_container(cfg, resolve=True,
                                                                     enum_to_str=True)))
             validate(cfg, choices)
-            tracker.set_tags({"numerics_key": numerics_key(cfg)})
+            key = numerics_key(cfg)
+            tracker.set_tags({"numerics_key": key})
             results = _train(cfg, choices, out_dir, tracker, saved, stop, name)
             if choices["precision"] != "fp32" and "return_mean_100" in results:
-                results["reward_error_pct"] = _reward_error(cfg, choices, out_dir, tracker,
+                results["reward_error_pct"] = _reward_error(cfg, choices, key, out_dir, tracker,
                                                             results["return_mean_100"])
     except KeyboardInterrupt:
         tracker.end("KILLED")
@@ -73,11 +74,11 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
     return {**results, "run_id": tracker.run_id}
 
 
-def _reward_error(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path, tracker: Tracker,
-                  value: float) -> float:
-    """Against the fp32 run with the same numerics: found in the tracker, or trained now."""
-    reference = tracker.find_metric({"numerics_key": numerics_key(cfg), "precision": "fp32"},
-                                    "return_mean_100")
+def _reward_error(cfg: DictConfig, choices: Mapping[str, str], key: str, out_dir: Path,
+                  tracker: Tracker, value: float) -> float:
+    """Against the fp32 run with the same numerics (`key`): found in the tracker, or trained
+    now."""
+    reference = tracker.find_metric({"numerics_key": key, "precision": "fp32"}, "return_mean_100")
     if reference is None:
         log.info("no fp32 run with the same numerics yet: training it for reward_error_pct")
         twin = OmegaConf.merge(cfg, {"precision": None})

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from functools import cache
 
-from hydra.core.config_store import ConfigStore
-from hydra.utils import get_class
 from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hetrl import CONF_DIR
@@ -48,6 +48,11 @@ def option_node(group: str, name: str) -> DictConfig:
     return OmegaConf.merge(ConfigStore.instance().load(f"{schema}.yaml").node, own)
 
 
+def option_class(group: str, name: str) -> type:
+    """The class an option's `_target_` names."""
+    return get_class(option_config(group, name)._target_)
+
+
 def envs_for(action_space: ActionSpace) -> list[str]:
     """Env options whose action space is of the given kind."""
     return [name for name in group_options("env")
@@ -57,17 +62,16 @@ def envs_for(action_space: ActionSpace) -> list[str]:
 def algos_for(action_space: ActionSpace) -> list[str]:
     """Algo options whose learner can act in the given kind of action space."""
     return [name for name in group_options("algo")
-            if get_class(option_config("algo", name)._target_).supports(action_space)]
+            if option_class("algo", name).supports(action_space)]
 
 
 def algos_for_loop(on_policy: bool) -> list[str]:
     """Algo options that are on-policy (or off-policy)."""
     return [name for name in group_options("algo")
-            if get_class(option_config("algo", name)._target_).on_policy == on_policy]
+            if option_class("algo", name).on_policy == on_policy]
 
 
 def schedulers_for(on_policy: bool) -> list[str]:
     """Scheduler options whose loop trains on-policy (or off-policy) algos."""
     return [name for name in group_options("scheduler")
-            if getattr(get_class(option_config("scheduler", name)._target_), "on_policy",
-                       False) == on_policy]
+            if getattr(option_class("scheduler", name), "on_policy", False) == on_policy]

@@ -98,13 +98,14 @@ class Learner(nn.Module):
     def obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(obs, dtype=torch.float32, device=self.device)
 
-    def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The learner's optimizers, by attribute name."""
         return {k: v for k, v in vars(self).items() if isinstance(v, torch.optim.Optimizer)}
 
     def checkpoint(self) -> dict[str, Any]:
         return {
             "modules": self.state_dict(),
-            "optimizers": {k: opt.state_dict() for k, opt in self._optimizers().items()},
+            "optimizers": {k: opt.state_dict() for k, opt in self.optimizers().items()},
             "updates": self.updates,
             "skipped_steps": self.skipped_steps,
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
@@ -112,7 +113,7 @@ class Learner(nn.Module):
 
     def restore(self, state: dict[str, Any]) -> None:
         self.load_state_dict(state["modules"])
-        for key, opt in self._optimizers().items():
+        for key, opt in self.optimizers().items():
             opt.load_state_dict(state["optimizers"][key])
         self.updates = state["updates"]
         self.skipped_steps = state["skipped_steps"]

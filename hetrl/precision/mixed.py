@@ -60,7 +60,7 @@ class HardwareAwarePrecision:
         for network, layers in forward.items():
             compute_layers_in(getattr(learner, network), layers)
         if rounded:
-            for optimizer in learner._optimizers().values():
+            for optimizer in learner.optimizers().values():
                 owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
                 mine = [p for p in rounded if id(p) in owned]
                 if mine:
