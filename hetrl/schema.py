@@ -60,13 +60,17 @@ class EnvConfig:
     id: str = MISSING
     action_space: ActionSpace = MISSING
     n_envs: int = 1
-    vectorization: str = "sync"  # sync | async (gymnasium's vectorization modes)
+    # gymnasium's vectorization modes: sync | async | vector_entry_point (the env's own
+    # batched implementation, e.g. ale-py's AtariVectorEnv)
+    vectorization: str = "sync"
+    clip_rewards: bool = False  # the learner sees sign-clipped rewards; returns stay the score
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _require(self.n_envs >= 1, "env.n_envs", self.n_envs, "integers >= 1")
-        _require(self.vectorization in ("sync", "async"), "env.vectorization",
-                 self.vectorization, "'sync' or 'async'")
+        modes = ("sync", "async", "vector_entry_point")
+        _require(self.vectorization in modes, "env.vectorization", self.vectorization,
+                 ", ".join(repr(m) for m in modes))
 
 
 # ---- algo ------------------------------------------------------------------------------
