@@ -271,8 +271,14 @@ class LinkSpec:
 
 @dataclass
 class BaselineSpec:
+    """A plan to compare with: every node on `device` (nodes it cannot run fall back to their
+    fastest device) in `dtype`, the device clocked at `clock` times its modeled rate (a
+    slower fabric, e.g. FIXAR's PL at 164 of 245 MHz), with or without fp32 master weights."""
+
     device: str = MISSING
     dtype: DType = DType.float32
+    clock: float = 1.0
+    master_weight_sync: bool = True
 
 
 @dataclass
@@ -316,6 +322,7 @@ class ModeledPlatformConfig:
             rates = sorted(d.value for d in self.devices[baseline.device].rates)
             _require(baseline.dtype in self.devices[baseline.device].rates, f"{key}.dtype",
                      baseline.dtype.value, f"dtypes {baseline.device} has a rate for ({rates})")
+            _require(baseline.clock > 0, f"{key}.clock", baseline.clock, "floats > 0")
         unreachable = sorted(set(names) - _reachable(self.host, pairs))
         _require(not unreachable, "platform.links", f"no route to {unreachable}",
                  f"links that connect every device to the host {self.host!r}")

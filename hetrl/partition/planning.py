@@ -10,6 +10,7 @@ from hetrl.partition.costs import CostTable, Plan
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.single import SinglePartitioner
 from hetrl.platform.model import ModeledPlatform
+from hetrl.schema import BaselineSpec
 
 
 @dataclass
@@ -54,9 +55,12 @@ def plan_step(learner: Learner, platform: ModeledPlatform, precision, partitione
     dtypes, and each baseline of the platform (all nodes on one device, in one dtype)."""
     graph = learner.task_graph(learner.batch_size)
     costs = platform.cost_table(graph, precision.dtype_chooser(platform))
-    baselines = {
-        name: SinglePartitioner(spec.device).partition(
-            platform.cost_table(graph, lambda node, device, dtype=spec.dtype.value: dtype))
-        for name, spec in platform.baselines.items()
-    }
+    baselines = {name: _baseline(graph, platform, spec) for name, spec in platform.baselines.items()}
     return StepPlan(graph, costs, partitioner.partition(costs), baselines)
+
+
+def _baseline(graph: TaskGraph, platform: ModeledPlatform, spec: BaselineSpec) -> Plan:
+    clocked = platform if spec.clock == 1.0 else platform.clocked(spec.device, spec.clock)
+    costs = clocked.cost_table(graph, lambda node, device: spec.dtype.value,
+                               master_weight_sync=spec.master_weight_sync)
+    return SinglePartitioner(spec.device).partition(costs)
