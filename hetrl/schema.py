@@ -221,6 +221,7 @@ class HostPlatformConfig:
     _target_: str = MISSING
     device: Device = II("device")
     threads: Optional[int] = None  # torch intra-op threads; null keeps torch's default
+    measure_layers: bool = True  # time each node of the step on each device before training
 
     def __post_init__(self) -> None:
         _require(self.threads is None or self.threads >= 1, "platform.threads", self.threads,
