@@ -224,8 +224,11 @@ class HostPlatformConfig:
     measure_layers: bool = True  # time each node of the step on each device before training
 
     def __post_init__(self) -> None:
-        _require(self.threads is None or self.threads >= 1, "platform.threads", self.threads,
-                 "null or integers >= 1")
+        _check_threads(self.threads)
+
+
+def _check_threads(threads: Optional[int]) -> None:
+    _require(threads is None or threads >= 1, "platform.threads", threads, "null or integers >= 1")
 
 
 class DeviceKind(str, Enum):
@@ -288,6 +291,7 @@ class ModeledPlatformConfig:
     _convert_: str = "object"  # the model gets DeviceSpec and LinkSpec objects, not dicts
     name: str = MISSING
     device: Device = II("device")  # the torch device the numerics really run on (this host)
+    threads: Optional[int] = 1  # torch intra-op threads of those numerics, as platform=host
     host: str = MISSING  # the modeled device that keeps the fp32 master weights
     devices: dict[str, DeviceSpec] = MISSING
     links: list[LinkSpec] = field(default_factory=list)
@@ -295,6 +299,7 @@ class ModeledPlatformConfig:
     baselines: dict[str, BaselineSpec] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        _check_threads(self.threads)
         names = sorted(self.devices)
         _require(len(names) > 0, "platform.devices", names, "a non-empty mapping of devices")
         _require(self.host in self.devices, "platform.host", self.host, f"one of {names}")

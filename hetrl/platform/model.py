@@ -24,7 +24,7 @@ import torch
 
 from hetrl.partition.costs import CostTable
 from hetrl.partition.graph import Node, Pass, TaskGraph
-from hetrl.platform.host import resolve_device
+from hetrl.platform.host import resolve_device, use_threads
 from hetrl.platform.links import LinkNetwork
 from hetrl.schema import BaselineSpec, DeviceKind, DeviceSpec, DType, LinkSpec
 
@@ -46,7 +46,9 @@ class ModeledPlatform:
 
     def __init__(self, name: str, device: str, host: str, devices: Mapping[str, DeviceSpec],
                  links: Sequence[LinkSpec] = (),
-                 baselines: Mapping[str, BaselineSpec] | None = None) -> None:
+                 baselines: Mapping[str, BaselineSpec] | None = None,
+                 threads: int | None = 1) -> None:
+        use_threads(threads)
         self.name = name
         self.baselines = dict(baselines or {})
         self.device = resolve_device(device)
