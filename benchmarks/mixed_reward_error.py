@@ -10,7 +10,12 @@ Each pair is two real `hetrl.experiment.run` jobs composed as `python -m hetrl` 
 them, tracked to a throwaway MLflow store: `precision=fp32` first, then `platform=versal
 precision=mixed`, which finds that fp32 run by its numerics key and logs `reward_error_pct`
 = |R_mixed - R_fp32| / |R_fp32| x 100 on the final `return_mean_100` (AP-DRL: 1.60 % for
-DQN-CartPole; the issue's goal: mean <= 5 %). The numerics are real (each layer computes in
+DQN-CartPole; the issue's goal: mean <= 5 %). The paper compares *converged* moving averages
+(spec A.2.7). DQN on CartPole does not stay converged: past rl-zoo3's budget (hetrl's default
+60k steps) its 100-episode mean swings (seed 0 fp32: 278 at 60k, 120 at 120k), and two seeds
+of the same fp32 job differ by 20-30 %, so one seed's error mostly measures that noise. So
+the table also gives the error of the seed means and the fp32 seed-to-seed spread (the noise
+floor). The numerics are real (each layer computes in
 the dtype of the device the ILP gives it: PL fp16 on fp32 masters, AIE bf16); only the
 platform's time is modeled, and no time is reported here.
 """
@@ -24,6 +29,7 @@ from pathlib import Path
 
 from hetrl import experiment, schema
 from hetrl.options import compose_job
+from hetrl.tracking.reward_error import reward_error_pct
 
 PAPER_ERROR_PCT = 1.60  # [P] AP-DRL, DQN-CartPole
 GOAL_PCT = 5.0
@@ -40,10 +46,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 seed, 3k steps")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=60_000)
     args = parser.parse_args()
     schema.register()
     seeds = range(1 if args.quick else args.seeds)
-    budget = ["steps=3000", "algo.learning_starts=500"] if args.quick else []
+    budget = ["steps=3000", "algo.learning_starts=500"] if args.quick else [f"steps={args.steps}"]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in seeds:
@@ -60,8 +67,14 @@ def main() -> None:
     for seed, ref, value, error in rows:
         print(f"| {seed} | {ref:.1f} | {value:.1f} | {error:.2f} |")
     mean = statistics.fmean(row[3] for row in rows)
-    print(f"| mean | | | **{mean:.2f}** (paper {PAPER_ERROR_PCT}; goal <= {GOAL_PCT}: "
-          f"{'met' if mean <= GOAL_PCT else 'NOT met'}) |")
+    ref, value = (statistics.fmean(row[i] for row in rows) for i in (1, 2))
+    print(f"| mean | {ref:.1f} | {value:.1f} | **{mean:.2f}** (paper {PAPER_ERROR_PCT}; goal <= "
+          f"{GOAL_PCT}: {'met' if mean <= GOAL_PCT else 'NOT met'}) |")
+    print(f"\nerror of the seed means: {reward_error_pct(value, ref):.2f} %")
+    references = [row[1] for row in rows]
+    if len(references) > 1:
+        spread = (max(references) - min(references)) / statistics.fmean(references) * 100
+        print(f"noise floor: fp32 seeds span {spread:.1f} % of their mean")
 
 
 if __name__ == "__main__":
