@@ -414,6 +414,21 @@ class HardwareAwarePrecisionConfig:
 
 
 @dataclass
+class QATPrecisionConfig:
+    """QuaRL's quantization-aware training (hetrl.precision.qat)."""
+
+    _target_: str = MISSING
+    bits: int = 8
+    quant_delay: int = 1000  # learner updates before fake quantization starts
+    per_channel: bool = True  # one δ per output channel of a convolution weight
+
+    def __post_init__(self) -> None:
+        _require(2 <= self.bits <= 16, "precision.bits", self.bits, "integers in [2, 16]")
+        _require(self.quant_delay >= 0, "precision.quant_delay", self.quant_delay,
+                 "integers >= 0 (learner updates)")
+
+
+@dataclass
 class IlpPartitionerConfig:
     _target_: str = MISSING
     time_limit_s: float = 10.0
@@ -525,7 +540,8 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "algo": {"dqn": DQNConfig, "ddpg": DDPGConfig, "td3": TD3Config, "a2c": A2CConfig,
              "ppo": PPOConfig},
     "platform": {"host": HostPlatformConfig, "modeled": ModeledPlatformConfig},
-    "precision": {"uniform": UniformPrecisionConfig, "mixed": HardwareAwarePrecisionConfig},
+    "precision": {"uniform": UniformPrecisionConfig, "mixed": HardwareAwarePrecisionConfig,
+                  "qat": QATPrecisionConfig},
     "partitioner": {"ilp": IlpPartitionerConfig, "heft": HeftPartitionerConfig,
                     "single": SinglePartitionerConfig},
     "scheduler": {"sync": SyncSchedulerConfig, "onpolicy": OnPolicySchedulerConfig},
