@@ -9,7 +9,7 @@ likely action for the policy-gradient learners), so the only difference is the p
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Callable
+from typing import Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -39,24 +39,36 @@ def episode_returns(learner: Learner, env: gym.vector.VectorEnv, episodes: int, 
     return returns
 
 
-def ptq_reward_error(learner: Learner, spec: QuantSpec, make_env: Callable[[], gym.vector.VectorEnv],
-                     episodes: int, seed: int) -> dict[str, float]:
-    """The final policy in `spec`'s precision vs in fp32, on the same episodes.
-
-    `ptq_reward_error_pct` is |R_q - R_fp32| / |R_fp32| x 100 (DESIGN.md); the signed
-    `ptq_reward_error_signed_pct` is (R_fp32 - R_q) / |R_fp32| x 100, positive when
-    quantization loses reward (the extract's Table 1 convention).
-    """
+def ptq_returns(learner: Learner, specs: Sequence[QuantSpec],
+                make_env: Callable[[], gym.vector.VectorEnv], episodes: int,
+                seed: int) -> dict[str, float]:
+    """Mean deterministic return of the learner's policy in fp32 (key "fp32") and in each
+    spec's precision (key `spec.name`), all on the same `episodes` episodes."""
     env = make_env()
+    seed += EVAL_SEED_OFFSET
     try:
-        seed += EVAL_SEED_OFFSET
-        fp32 = float(episode_returns(learner, env, episodes, seed).mean())
-        copy = quantize_policy(learner.policy(), spec)
-        quantized = float(episode_returns(learner, env, episodes, seed, copy).mean())
+        means = {"fp32": float(episode_returns(learner, env, episodes, seed).mean())}
+        for spec in specs:
+            copy = quantize_policy(learner.policy(), spec)
+            means[spec.name] = float(episode_returns(learner, env, episodes, seed, copy).mean())
     finally:
         env.close()
+    return means
+
+
+def ptq_metrics(fp32: float, quantized: float) -> dict[str, float]:
+    """`ptq_reward_error_pct` is |R_q - R_fp32| / |R_fp32| x 100 (DESIGN.md); the signed
+    `ptq_reward_error_signed_pct` is (R_fp32 - R_q) / |R_fp32| x 100, positive when
+    quantization loses reward (the extract's Table 1 convention)."""
     signed = (fp32 - quantized) / max(abs(fp32), 1e-12) * 100.0
     return {"ptq_reward_error_pct": reward_error_pct(quantized, fp32),
             "ptq_reward_error_signed_pct": signed,
             "ptq_return_fp32": fp32, "ptq_return_quantized": quantized}
 
+
+def ptq_reward_error(learner: Learner, spec: QuantSpec,
+                     make_env: Callable[[], gym.vector.VectorEnv], episodes: int,
+                     seed: int) -> dict[str, float]:
+    """The final policy in `spec`'s precision vs in fp32, on the same episodes (`ptq_metrics`)."""
+    means = ptq_returns(learner, [spec], make_env, episodes, seed)
+    return ptq_metrics(means["fp32"], means[spec.name])

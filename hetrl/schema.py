@@ -93,6 +93,13 @@ class EnvConfig:
 # ---- algo ------------------------------------------------------------------------------
 
 
+def _check_widths(hidden: list[int], policy_hidden: Optional[list[int]]) -> None:
+    for key, widths in (("algo.hidden", hidden), ("algo.policy_hidden", policy_hidden)):
+        if widths is not None:
+            _require(len(widths) > 0 and all(h >= 1 for h in widths), key, list(widths),
+                     "a non-empty list of widths >= 1" + (" or null" if "policy" in key else ""))
+
+
 @dataclass
 class AlgoConfig:
     """Hyperparameters every algorithm shares (names as in SB3 / rl-zoo3)."""
@@ -100,6 +107,9 @@ class AlgoConfig:
     _target_: str = MISSING
     batch_size: int = 256
     hidden: list[int] = field(default_factory=lambda: [256, 256])
+    # the policy network's widths (DQN: the Q-network), when they differ from `hidden`
+    # (QuaRL's ActorQ: policy [2048, 2048, 2048], critic [512, 512, 512]); null: `hidden`
+    policy_hidden: Optional[list[int]] = None
     lr: float = 1e-3
     gamma: float = 0.99
     buffer_size: int = 1_000_000
@@ -109,10 +119,7 @@ class AlgoConfig:
 
     def __post_init__(self) -> None:
         _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, "integers >= 1")
-        _require(
-            len(self.hidden) > 0 and all(h >= 1 for h in self.hidden),
-            "algo.hidden", list(self.hidden), "a non-empty list of widths >= 1",
-        )
+        _check_widths(self.hidden, self.policy_hidden)
         _require(self.lr > 0, "algo.lr", self.lr, "floats > 0")
         _require(0 <= self.gamma <= 1, "algo.gamma", self.gamma, "floats in [0, 1]")
         _require(
@@ -179,6 +186,7 @@ class A2CConfig:
 
     _target_: str = MISSING
     hidden: list[int] = field(default_factory=lambda: [64, 64])
+    policy_hidden: Optional[list[int]] = None  # as AlgoConfig's
     lr: float = 7e-4
     gamma: float = 0.99
     n_steps: int = 5  # per env
@@ -190,10 +198,7 @@ class A2CConfig:
     n_envs: int = II("env.n_envs")
 
     def __post_init__(self) -> None:
-        _require(
-            len(self.hidden) > 0 and all(h >= 1 for h in self.hidden),
-            "algo.hidden", list(self.hidden), "a non-empty list of widths >= 1",
-        )
+        _check_widths(self.hidden, self.policy_hidden)
         _require(self.lr > 0, "algo.lr", self.lr, "floats > 0")
         _require(0 <= self.gamma <= 1, "algo.gamma", self.gamma, "floats in [0, 1]")
         _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, "integers >= 1")

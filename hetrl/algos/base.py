@@ -49,6 +49,7 @@ class Learner(nn.Module):
         hidden: list[int],
         lr: float,
         gamma: float,
+        policy_hidden: list[int] | None = None,
     ) -> None:
         super().__init__()
         self.device = device
@@ -58,6 +59,7 @@ class Learner(nn.Module):
         self.train_freq = train_freq
         self.gradient_steps = gradient_steps
         self.hidden = list(hidden)
+        self.policy_hidden = list(policy_hidden or hidden)  # the network `act` runs
         self.lr = lr
         self.gamma = gamma
         self.updates = 0

@@ -40,7 +40,7 @@ class DQN(Learner):
         self.exploration_steps = max(1, int(exploration_fraction * total_steps))
         self.max_grad_norm = max_grad_norm
         self.n_actions = int(act_space.n)
-        self.q = mlp([flat_dim(obs_space), *self.hidden, self.n_actions]).to(self.device)
+        self.q = mlp([flat_dim(obs_space), *self.policy_hidden, self.n_actions]).to(self.device)
         self.q_target = frozen_copy(self.q)
         self.optimizer = adam(self.q.parameters(), self.lr)
 
