@@ -7,7 +7,9 @@ on x86/fbgemm, `reduce_range`, which keeps the int16 intermediate sums from satu
 product accumulates in int32 and comes back as float32. A convolution is that int8 GEMM on
 the unfolded input patches (im2col): torch.ao's own dynamic conv requantizes its output and
 lost an order of magnitude more accuracy. Float16 Linear layers keep fp16 weights and run
-fbgemm's fp16 GEMM.
+fbgemm's fp16 GEMM. (Measured on the 2-core dev box, batch 1, one 2048x2048 layer, 1 thread:
+fp32 0.48 ms, this int8 Linear 0.08 ms, `torch._int_mm` 0.21 ms before any (de)quantization,
+fp16 GEMM 0.15 ms, `.half()` Linear 0.31 ms: hence these choices.)
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ def _engine() -> None:
 
 
 def _qint8_weight(weight: torch.Tensor, per_channel: bool) -> torch.Tensor:
-    q = quantize_affine(weight, bits=8, per_channel=per_channel, symmetric=True)
-    w = weight.detach().float()
+    w = weight.detach().float().cpu()
+    q = quantize_affine(w, bits=8, per_channel=per_channel, symmetric=True)
     if per_channel:
         return torch.quantize_per_channel(w, q.scale.flatten().double(),
                                           q.zero_point.flatten().long(), 0, torch.qint8)
@@ -50,7 +52,7 @@ def _qint8_weight(weight: torch.Tensor, per_channel: bool) -> torch.Tensor:
 
 
 def _bias(layer: nn.Module) -> torch.Tensor | None:
-    return None if layer.bias is None else layer.bias.detach().float()
+    return None if layer.bias is None else layer.bias.detach().float().cpu()
 
 
 def _int8_gemm(weight: torch.Tensor, bias: torch.Tensor | None, per_channel: bool) -> nn.Module:
@@ -105,6 +107,6 @@ def fp16_linear(layer: nn.Linear) -> nn.Module:
     _engine()
     out = nnqd.Linear(layer.in_features, layer.out_features, bias_=layer.bias is not None,
                       dtype=torch.float16)
-    out.set_weight_bias(layer.weight.detach().float(), _bias(layer))
+    out.set_weight_bias(layer.weight.detach().float().cpu(), _bias(layer))
     return out
 
