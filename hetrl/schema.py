@@ -81,13 +81,17 @@ class EnvConfig:
     id: str = MISSING
     action_space: ActionSpace = MISSING
     n_envs: int = 1
-    vectorization: str = "sync"  # sync | async (gymnasium's vectorization modes)
+    # gymnasium's vectorization modes: sync | async | vector_entry_point (the env's own
+    # batched implementation, e.g. ale-py's AtariVectorEnv)
+    vectorization: str = "sync"
+    clip_rewards: bool = False  # the learner sees sign-clipped rewards; returns stay the score
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _require(self.n_envs >= 1, "env.n_envs", self.n_envs, "integers >= 1")
-        _require(self.vectorization in ("sync", "async"), "env.vectorization",
-                 self.vectorization, "'sync' or 'async'")
+        modes = ("sync", "async", "vector_entry_point")
+        _require(self.vectorization in modes, "env.vectorization", self.vectorization,
+                 ", ".join(repr(m) for m in modes))
 
 
 # ---- algo ------------------------------------------------------------------------------
@@ -243,6 +247,7 @@ class HostPlatformConfig:
     _target_: str = MISSING
     device: Device = II("device")
     threads: Optional[int] = None  # torch intra-op threads; null keeps torch's default
+    measure_layers: bool = True  # time each node of the step on each device before training
 
     def __post_init__(self) -> None:
         _require(self.threads is None or self.threads >= 1, "platform.threads", self.threads,
@@ -293,8 +298,14 @@ class LinkSpec:
 
 @dataclass
 class BaselineSpec:
+    """A plan to compare with: every node on `device` (nodes it cannot run fall back to their
+    fastest device) in `dtype`, the device clocked at `clock` times its modeled rate (a
+    slower fabric, e.g. FIXAR's PL at 164 of 245 MHz), with or without fp32 master weights."""
+
     device: str = MISSING
     dtype: DType = DType.float32
+    clock: float = 1.0
+    master_weight_sync: bool = True
 
 
 @dataclass
@@ -338,6 +349,7 @@ class ModeledPlatformConfig:
             rates = sorted(d.value for d in self.devices[baseline.device].rates)
             _require(baseline.dtype in self.devices[baseline.device].rates, f"{key}.dtype",
                      baseline.dtype.value, f"dtypes {baseline.device} has a rate for ({rates})")
+            _require(baseline.clock > 0, f"{key}.clock", baseline.clock, "floats > 0")
         unreachable = sorted(set(names) - _reachable(self.host, pairs))
         _require(not unreachable, "platform.links", f"no route to {unreachable}",
                  f"links that connect every device to the host {self.host!r}")

@@ -115,7 +115,10 @@ class Learner(nn.Module):
         """Called with a mask of the envs whose episode just ended (noise processes reset)."""
 
     def obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        """Observations on the learner's device: float32, or uint8 frames as they are (the
+        network scales them)."""
+        obs = torch.as_tensor(obs, device=self.device)
+        return obs if obs.dtype == torch.uint8 else obs.float()
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """The learner's optimizers, by attribute name."""
