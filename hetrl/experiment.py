@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from hetrl import checkpoint
 from hetrl.algos.base import Learner
 from hetrl.envs.state import env_state, load_env_state
+from hetrl.evaluation import ptq_reward_error
 from hetrl.options import GROUPS, option_node
 from hetrl.partition.planning import StepPlan, plan_measured_step, plan_step
 from hetrl.platform.model import ModeledPlatform
@@ -117,6 +118,7 @@ def _train(
         _log_plan(tracker, step_plan, learner.batch_size, out_dir, name)
     precision.apply(learner, modeled and modeled.graph, modeled and modeled.plan, platform)
     replay = instantiate(cfg.replay, **spaces, device=platform.device)
+    actors = instantiate(cfg.actors)
     state = LoopState()
     if saved is None:
         state.obs, _ = envs.reset(seed=cfg.seed)
@@ -143,13 +145,18 @@ def _train(
     training = Training(
         envs=envs, learner=learner, replay=replay, precision=precision,
         steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
-        report=report, checkpoint=save_checkpoint, stop=stop,
+        report=report, checkpoint=save_checkpoint, stop=stop, actors=actors,
     )
     try:
         results = instantiate(cfg.scheduler).run(training, state)
     finally:
         progress.close()
         envs.close()
+    if actors.spec.quantized:
+        ptq = ptq_reward_error(learner, actors.spec, lambda: instantiate(cfg.env, n_envs=1),
+                               actors.eval_episodes, cfg.seed)
+        tracker.log_metrics(ptq, step=state.step)
+        results.update(ptq)
     tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
     tracker.log_artifact(learning_curve(state.history, out_dir / "learning_curve.png", name))
     tracker.log_artifact(save_checkpoint(state))

@@ -51,6 +51,27 @@ class DType(str, Enum):
     float16 = "float16"
 
 
+class ActorPrecision(str, Enum):
+    """The inference precision `q` of a policy copy (QuaRL's PTQ, ActorQ's actors)."""
+
+    fp32 = "fp32"
+    fp16 = "fp16"
+    int8 = "int8"
+
+
+class Int8Mode(str, Enum):
+    """How int8 is computed.
+
+    `paper`: QuaRL's quantizer exactly as printed (delta over 2^n, no zero-point, no clamp),
+    as fake quant in float on weights and activations: the reward-error study.
+    `kernel`: standard clamped int8 (symmetric weights, affine activations) run by real
+    int8 kernels (PyTorch's dynamically quantized Linear/Conv): the speed study.
+    """
+
+    paper = "paper"
+    kernel = "kernel"
+
+
 # ---- env -------------------------------------------------------------------------------
 
 
@@ -76,6 +97,13 @@ class EnvConfig:
 # ---- algo ------------------------------------------------------------------------------
 
 
+def _check_widths(hidden: list[int], policy_hidden: Optional[list[int]]) -> None:
+    for key, widths in (("algo.hidden", hidden), ("algo.policy_hidden", policy_hidden)):
+        if widths is not None:
+            _require(len(widths) > 0 and all(h >= 1 for h in widths), key, list(widths),
+                     "a non-empty list of widths >= 1" + (" or null" if "policy" in key else ""))
+
+
 @dataclass
 class AlgoConfig:
     """Hyperparameters every algorithm shares (names as in SB3 / rl-zoo3)."""
@@ -83,6 +111,9 @@ class AlgoConfig:
     _target_: str = MISSING
     batch_size: int = 256
     hidden: list[int] = field(default_factory=lambda: [256, 256])
+    # the policy network's widths (DQN: the Q-network), when they differ from `hidden`
+    # (QuaRL's ActorQ: policy [2048, 2048, 2048], critic [512, 512, 512]); null: `hidden`
+    policy_hidden: Optional[list[int]] = None
     lr: float = 1e-3
     gamma: float = 0.99
     buffer_size: int = 1_000_000
@@ -92,10 +123,7 @@ class AlgoConfig:
 
     def __post_init__(self) -> None:
         _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, "integers >= 1")
-        _require(
-            len(self.hidden) > 0 and all(h >= 1 for h in self.hidden),
-            "algo.hidden", list(self.hidden), "a non-empty list of widths >= 1",
-        )
+        _check_widths(self.hidden, self.policy_hidden)
         _require(self.lr > 0, "algo.lr", self.lr, "floats > 0")
         _require(0 <= self.gamma <= 1, "algo.gamma", self.gamma, "floats in [0, 1]")
         _require(
@@ -162,6 +190,7 @@ class A2CConfig:
 
     _target_: str = MISSING
     hidden: list[int] = field(default_factory=lambda: [64, 64])
+    policy_hidden: Optional[list[int]] = None  # as AlgoConfig's
     lr: float = 7e-4
     gamma: float = 0.99
     n_steps: int = 5  # per env
@@ -173,10 +202,7 @@ class A2CConfig:
     n_envs: int = II("env.n_envs")
 
     def __post_init__(self) -> None:
-        _require(
-            len(self.hidden) > 0 and all(h >= 1 for h in self.hidden),
-            "algo.hidden", list(self.hidden), "a non-empty list of widths >= 1",
-        )
+        _check_widths(self.hidden, self.policy_hidden)
         _require(self.lr > 0, "algo.lr", self.lr, "floats > 0")
         _require(0 <= self.gamma <= 1, "algo.gamma", self.gamma, "floats in [0, 1]")
         _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, "integers >= 1")
@@ -410,6 +436,21 @@ class HardwareAwarePrecisionConfig:
 
 
 @dataclass
+class QATPrecisionConfig:
+    """QuaRL's quantization-aware training (hetrl.precision.qat)."""
+
+    _target_: str = MISSING
+    bits: int = 8
+    quant_delay: int = 1000  # learner updates before fake quantization starts
+    per_channel: bool = True  # one δ per output channel of a convolution weight
+
+    def __post_init__(self) -> None:
+        _require(2 <= self.bits <= 16, "precision.bits", self.bits, "integers in [2, 16]")
+        _require(self.quant_delay >= 0, "precision.quant_delay", self.quant_delay,
+                 "integers >= 0 (learner updates)")
+
+
+@dataclass
 class IlpPartitionerConfig:
     _target_: str = MISSING
     time_limit_s: float = 10.0
@@ -440,6 +481,29 @@ class SyncSchedulerConfig:
 @dataclass
 class OnPolicySchedulerConfig:
     _target_: str = MISSING
+
+
+@dataclass
+class ActorsConfig:
+    """Where the actors run and the precision `q` of their policy copy (ActorQ); with the
+    sync and on-policy schedulers (`actors=local`) acting stays in the learner's process and
+    `precision` is that of the final-policy evaluation (PTQ, `ptq_reward_error_pct`).
+    Actor pools (process, ray) subclass this and add their own fields."""
+
+    _target_: str = MISSING
+    # strings, not enums, so that a bad value is a ConfigError naming the choices
+    precision: str = "fp32"  # fp32 | fp16 | int8
+    int8_mode: str = "kernel"  # paper | kernel
+    per_channel: bool = True  # one scale per output channel of a convolution
+    eval_episodes: int = 20  # episodes of the PTQ evaluation (fp32 and quantized, same seeds)
+
+    def __post_init__(self) -> None:
+        _require(self.precision in {p.value for p in ActorPrecision}, "actors.precision",
+                 self.precision, str([p.value for p in ActorPrecision]))
+        _require(self.int8_mode in {m.value for m in Int8Mode}, "actors.int8_mode",
+                 self.int8_mode, str([m.value for m in Int8Mode]))
+        _require(self.eval_episodes >= 1, "actors.eval_episodes", self.eval_episodes,
+                 "integers >= 1")
 
 
 @dataclass
@@ -477,6 +541,7 @@ class RunConfig:
     replay: Any = MISSING
     tracking: Any = MISSING
     partitioner: Any = MISSING
+    actors: Any = MISSING
     seed: int = 0
     steps: int = 50_000
     device: Device = Device.auto
@@ -497,11 +562,13 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "algo": {"dqn": DQNConfig, "ddpg": DDPGConfig, "td3": TD3Config, "a2c": A2CConfig,
              "ppo": PPOConfig},
     "platform": {"host": HostPlatformConfig, "modeled": ModeledPlatformConfig},
-    "precision": {"uniform": UniformPrecisionConfig, "mixed": HardwareAwarePrecisionConfig},
+    "precision": {"uniform": UniformPrecisionConfig, "mixed": HardwareAwarePrecisionConfig,
+                  "qat": QATPrecisionConfig},
     "partitioner": {"ilp": IlpPartitionerConfig, "heft": HeftPartitionerConfig,
                     "single": SinglePartitionerConfig},
     "scheduler": {"sync": SyncSchedulerConfig, "onpolicy": OnPolicySchedulerConfig},
     "replay": {"uniform": UniformReplayConfig},
+    "actors": {"local": ActorsConfig},
     "tracking": {"mlflow": MlflowTrackingConfig, "none": NullTrackingConfig},
 }
 

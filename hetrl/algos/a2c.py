@@ -43,17 +43,18 @@ class A2C(Learner):
         hidden: list[int],
         lr: float,
         gamma: float,
+        policy_hidden: list[int] | None = None,
     ) -> None:
         rollout = n_steps * n_envs
         super().__init__(device=device, batch_size=rollout, buffer_size=rollout,
                          learning_starts=0, train_freq=rollout, gradient_steps=1,
-                         hidden=hidden, lr=lr, gamma=gamma)
+                         hidden=hidden, lr=lr, gamma=gamma, policy_hidden=policy_hidden)
         self.n_steps, self.n_epochs = n_steps, 1
         self.gae_lambda, self.ent_coef, self.vf_coef = gae_lambda, ent_coef, vf_coef
         self.max_grad_norm = max_grad_norm
         self.normalize_advantage = normalize_advantage
         self.obs_shape = tuple(obs_space.shape)
-        self.actor = StochasticPolicy(obs_space, self.hidden, act_space).to(self.device)
+        self.actor = StochasticPolicy(obs_space, self.policy_hidden, act_space).to(self.device)
         self.critic = network(obs_space, self.hidden, 1, activation=torch.nn.Tanh).to(self.device)
         self.optimizer = self.make_optimizer([*self.actor.parameters(), *self.critic.parameters()])
         box = isinstance(act_space, gym.spaces.Box)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from contextlib import contextmanager
+from typing import Any, ClassVar, Iterator, NamedTuple
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ class Learner(nn.Module):
 
     action_space: ClassVar[ActionSpace]
     on_policy: ClassVar[bool] = False  # trains on its own fresh rollouts (scheduler=onpolicy)
+    policy_attr: ClassVar[str] = "actor"  # the attribute holding the network `act` runs
 
     @classmethod
     def supports(cls, space: ActionSpace) -> bool:
@@ -47,6 +49,7 @@ class Learner(nn.Module):
         hidden: list[int],
         lr: float,
         gamma: float,
+        policy_hidden: list[int] | None = None,
     ) -> None:
         super().__init__()
         self.device = device
@@ -56,6 +59,7 @@ class Learner(nn.Module):
         self.train_freq = train_freq
         self.gradient_steps = gradient_steps
         self.hidden = list(hidden)
+        self.policy_hidden = list(policy_hidden or hidden)  # the network `act` runs
         self.lr = lr
         self.gamma = gamma
         self.updates = 0
@@ -66,6 +70,21 @@ class Learner(nn.Module):
         """Actions for a batch of observations; `step` (env steps so far) asks for
         exploration, None for the deterministic policy."""
         raise NotImplementedError
+
+    def policy(self) -> nn.Module:
+        """The network `act` runs (what actors copy and quantize)."""
+        return getattr(self, self.policy_attr)
+
+    @contextmanager
+    def acting_with(self, module: nn.Module) -> Iterator[None]:
+        """`act` runs `module` (a quantized copy of `policy()`) instead, inside the block;
+        the learner's own network is back afterwards."""
+        own = self._modules[self.policy_attr]
+        self._modules[self.policy_attr] = module
+        try:
+            yield
+        finally:
+            self._modules[self.policy_attr] = own
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One gradient step; returns detached scalar tensors (no host sync here)."""

@@ -16,6 +16,7 @@ from hetrl.schema import ActionSpace
 
 class DQN(Learner):
     action_space = ActionSpace.discrete
+    policy_attr = "q"
 
     def __init__(
         self,
@@ -39,7 +40,7 @@ class DQN(Learner):
         self.max_grad_norm = max_grad_norm
         self.n_actions = int(act_space.n)
         self.obs_shape = tuple(obs_space.shape)
-        self.q = network(obs_space, self.hidden, self.n_actions).to(self.device)
+        self.q = network(obs_space, self.policy_hidden, self.n_actions).to(self.device)
         self.q_target = frozen_copy(self.q)
         self.optimizer = adam(self.q.parameters(), self.lr)
 

@@ -12,6 +12,11 @@ import torch
 from torch import nn
 
 
+ACTORQ_POLICY_HIDDEN = [2048, 2048, 2048]
+"""QuaRL's ActorQ policy network (A.3): `algo.policy_hidden=[2048,2048,2048]`; its critic is
+3 x 512 (`algo.hidden=[512,512,512]`)."""
+
+
 def mlp(sizes: list[int], output_activation: type[nn.Module] | None = None,
         activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
     """Linear layers of the given widths with `activation` between them."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Callable
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -32,6 +32,7 @@ class Training:
     report: Callable[[int, dict[str, float]], None]  # (step, metrics): tracker and progress
     checkpoint: Callable[[LoopState], None]
     stop: threading.Event = field(default_factory=threading.Event)
+    actors: Any = None  # the `actors` option built (hetrl.actors): where and in which precision
 
 
 TRAINING_PHASES = ("replay_add", "rollout_add", "advantages", "sample", "update")
