@@ -34,7 +34,8 @@ class Training:
     stop: threading.Event = field(default_factory=threading.Event)
 
 
-TRAINING_PHASES = ("replay_add", "rollout_add", "advantages", "sample", "update")
+TRAINING_PHASES = ("replay_add", "rollout_add", "advantages", "sample", "update",
+                   "priority_update")
 """PEARL's training iteration: what eps_host divides by (on-policy: store, GAE, minibatch,
 update)."""
 
