@@ -543,10 +543,6 @@ class MultiAgentReplayConfig:
     beta_anneal: int = 10_000  # sample calls over which beta rises to beta_final
     eps: float = 1e-6
 
-    SAMPLER_KEYS = ("sampler", "refs", "neighbors", "thresholds", "neighbor_counts", "alpha",
-                    "beta", "beta_final", "beta_anneal", "eps")
-    """The keys that choose the sampler (a reference run resets them to the option's own)."""
-
     def __post_init__(self) -> None:
         _require(self.capacity >= 1, "replay.capacity", self.capacity, "integers >= 1")
         _require(self.refs >= 1, "replay.refs", self.refs, "integers >= 1")

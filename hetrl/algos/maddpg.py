@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hetrl.algos.base import Batch, Learner
-from hetrl.algos.networks import adam, frozen_copy, mlp, polyak_update
+from hetrl.algos.networks import adam, frozen, frozen_copy, mlp, polyak_update
 from hetrl.schema import ActionSpace, Agents
 
 
@@ -84,7 +84,7 @@ class MADDPG(Learner):
             critic_loss = _weighted_mse(td_error, batch.weights)
             self.optimize(self.critic_optimizer, critic_loss, self.max_grad_norm)
 
-        with self.timer("p_loss"):
+        with self.timer("p_loss"), frozen(self.critics[i]):
             actor_loss = self._actor_loss(i, batch.obs, actions, self.critics[i])
             self.optimize(self.actor_optimizer, actor_loss, self.max_grad_norm)
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from hetrl.algos.base import Batch
 from hetrl.algos.maddpg import MADDPG, _weighted_mse
-from hetrl.algos.networks import adam, frozen_copy, mlp, polyak_update
+from hetrl.algos.networks import adam, frozen, frozen_copy, mlp, polyak_update
 
 
 class MATD3(MADDPG):
@@ -59,7 +59,7 @@ class MATD3(MADDPG):
             self.optimize(self.critic_optimizer, critic_loss, self.max_grad_norm)
 
         if (self.updates // self.n_agents) % self.policy_delay == 0:  # this trainer's turn
-            with self.timer("p_loss"):
+            with self.timer("p_loss"), frozen(self.critics[i]):
                 actor_loss = self._actor_loss(i, batch.obs, actions, self.critics[i])
                 self.optimize(self.actor_optimizer, actor_loss, self.max_grad_norm)
                 self.last_actor_loss = actor_loss.detach()

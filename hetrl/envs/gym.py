@@ -16,6 +16,7 @@ def make_vector_env(
     n_envs: int = 1,
     vectorization: str = "sync",
     kwargs: dict[str, Any] | None = None,
+    agents: str = "single",  # declared for the config checks (schema.validate)
 ) -> gym.vector.VectorEnv:
     """`n_envs` copies of a registered gymnasium env, with episode statistics recorded.
 

@@ -5,6 +5,9 @@ reference code's buffers, in numpy), so a batch gathers the same slots from ever
 arrays, N gathers per field. `JointReplay` is its key-value layout: the slot is the key and
 the value one contiguous row holding every agent's fields, so a batch is one gather of rows.
 
+Storage grows by doubling up to `capacity` (the paper's 1M transitions of 24 agents would be
+tens of GB preallocated), so the ring only wraps once it has its full size.
+
 Both take and return arrays shaped (n, n_agents, ...) with observations zero-padded to the
 widest agent (hetrl.envs.mpe); the sampler (hetrl.replay.samplers) picks the slots, so any
 sampler works with either layout and, for the same slots, both return the same batch.
@@ -21,6 +24,8 @@ import torch
 from hetrl.algos.base import Batch
 from hetrl.replay.samplers import make_sampler
 from hetrl.schema import Agents
+
+INITIAL_ROWS = 4096
 
 Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 """obs (n, N, D), actions (n, N) int64, rewards (n, N), next_obs (n, N, D), dones (n, N)."""
@@ -45,6 +50,7 @@ class MultiAgentReplay:
         # real features per agent: the padding has bounds [0, 0] (hetrl.envs.mpe)
         self.obs_dims = [int(d) for d in (obs_space.high > obs_space.low).sum(axis=1)]
         self.sampler = make_sampler(sampler, capacity, **sampler_options)
+        self.allocated = min(capacity, INITIAL_ROWS)  # rows of storage so far
         self.pos = 0
         self.size = 0
 
@@ -56,6 +62,9 @@ class MultiAgentReplay:
         """Store one transition per env, overwriting the oldest when full. `dones` (one per
         env) applies to every agent."""
         n = len(obs)
+        if self.pos + n > self.allocated and self.allocated < self.capacity:
+            self.allocated = min(self.capacity, max(2 * self.allocated, self.pos + n))
+            self.grow(self.allocated)
         slots = (self.pos + np.arange(n)) % self.capacity
         dones = np.broadcast_to(np.asarray(dones, np.float32)[:, None], (n, self.n_agents))
         self.write(slots, (obs, actions, rewards, next_obs, dones))
@@ -73,6 +82,10 @@ class MultiAgentReplay:
     def update_priorities(self, idx: np.ndarray, td_errors: torch.Tensor) -> None:
         self.sampler.update(idx, td_errors.float().cpu().numpy())
 
+    def grow(self, rows: int) -> None:
+        """Enlarge the storage to `rows` slots, keeping what is stored."""
+        raise NotImplementedError
+
     def write(self, slots: np.ndarray, columns: Columns) -> None:
         raise NotImplementedError
 
@@ -89,6 +102,9 @@ class MultiAgentReplay:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.pos, self.size = state["pos"], state["size"]
+        if self.size > self.allocated:
+            self.allocated = self.size
+            self.grow(self.size)
         for array, saved in zip(self.arrays(), state["arrays"]):
             array[: self.size] = saved
         self.sampler.load_state_dict(state["sampler"])
@@ -101,14 +117,19 @@ class PerAgentReplay(MultiAgentReplay):
                  act_space: gym.spaces.MultiDiscrete, device: torch.device,
                  **options: Any) -> None:
         super().__init__(capacity, obs_space, act_space, device, **options)
-        self.obs = [np.zeros((capacity, d), np.float32) for d in self.obs_dims]
-        self.next_obs = [np.zeros((capacity, d), np.float32) for d in self.obs_dims]
-        self.actions = [np.zeros(capacity, np.int64) for _ in self.obs_dims]
-        self.rewards = [np.zeros(capacity, np.float32) for _ in self.obs_dims]
-        self.dones = [np.zeros(capacity, np.float32) for _ in self.obs_dims]
+        rows = self.allocated
+        self.obs = [np.zeros((rows, d), np.float32) for d in self.obs_dims]
+        self.next_obs = [np.zeros((rows, d), np.float32) for d in self.obs_dims]
+        self.actions = [np.zeros(rows, np.int64) for _ in self.obs_dims]
+        self.rewards = [np.zeros(rows, np.float32) for _ in self.obs_dims]
+        self.dones = [np.zeros(rows, np.float32) for _ in self.obs_dims]
 
     def _fields(self) -> tuple[list[np.ndarray], ...]:
         return self.obs, self.actions, self.rewards, self.next_obs, self.dones
+
+    def grow(self, rows: int) -> None:
+        for field in self._fields():
+            field[:] = [_grown(array, rows) for array in field]
 
     def write(self, slots: np.ndarray, columns: Columns) -> None:
         for field, values in zip(self._fields(), columns):
@@ -142,7 +163,10 @@ class JointReplay(MultiAgentReplay):
         n, w = self.n_agents, self.width
         widths = [n * w, n, n, n * w, n]
         self.bounds = np.cumsum([0, *widths])
-        self.rows = np.zeros((capacity, int(self.bounds[-1])), np.float32)
+        self.rows = np.zeros((self.allocated, int(self.bounds[-1])), np.float32)
+
+    def grow(self, rows: int) -> None:
+        self.rows = _grown(self.rows, rows)
 
     def write(self, slots: np.ndarray, columns: Columns) -> None:
         n = len(slots)
@@ -158,3 +182,9 @@ class JointReplay(MultiAgentReplay):
 
     def arrays(self) -> list[np.ndarray]:
         return [self.rows]
+
+
+def _grown(array: np.ndarray, rows: int) -> np.ndarray:
+    bigger = np.zeros((rows, *array.shape[1:]), array.dtype)
+    bigger[: len(array)] = array
+    return bigger
