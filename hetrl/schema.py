@@ -638,6 +638,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     _check_algo_fits_env(cfg, choices)
     _check_algo_fits_scheduler(cfg, choices)
     _check_replay_fits_env(cfg, choices)
+    _check_algo_fits_platform(cfg, choices)
 
 
 def _check_algo_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
@@ -652,6 +653,19 @@ def _check_algo_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
             f"{needs.value} action space, but env={choices['env']} ({cfg.env.id}) is a "
             f"{agents.value}-agent env with a {has.value} one: choose env from "
             f"{envs_for(needs, needs_agents)} or algo from {algos_for(has, agents)}"
+        )
+
+
+def _check_algo_fits_platform(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    """A modeled platform plans the learner's step from the learner's task graph."""
+    from hetrl.options import group_options, option_class  # import late, as above
+
+    modeled = "name" in cfg.platform  # a ModeledPlatformConfig
+    if modeled and not hasattr(get_class(cfg.algo._target_), "task_graph"):
+        planned = [a for a in group_options("algo") if hasattr(option_class("algo", a), "task_graph")]
+        raise ConfigError(
+            f"algo={choices['algo']} describes no task graph, so platform={choices['platform']} "
+            f"cannot plan it: choose platform=host or algo from {planned}"
         )
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import compose_job, hetrl_cli, mlflow_runs, run_job
+from helpers import compose_job, hetrl_cli, mlflow_runs, run_job, tracking_uri
+from mlflow.tracking import MlflowClient
 
 from hetrl.envs.mpe import MpeVectorEnv
 from hetrl.schema import ConfigError, validate
@@ -38,6 +39,7 @@ def test_matd3_with_prioritized_locality_times_every_phase(tmp_path):
     (("algo=maddpg", "replay=uniform"), ["replay=uniform", "['joint', 'per_agent']"]),
     (("algo=maddpg", "replay.sampler=locality", "replay.refs=8"),
      ["replay.refs=8", "algo.batch_size (1024)"]),
+    (("algo=matd3", "platform=versal"), ["algo=matd3", "platform=versal", "platform=host"]),
 ])
 def test_mismatched_choices_are_named_with_the_valid_ones(overrides, named):
     cfg, choices = compose_job(*overrides)
@@ -66,6 +68,9 @@ def test_the_issue_sweep_lands_as_one_mlflow_sweep(tmp_path):
     assert {r.data.params["env.n_agents"] for r in jobs} == {"3", "24"}
     assert all(r.data.params["env.returns"] == "team_sum" for r in jobs)
     assert all(r.data.metrics["phase/sample_pct"] > 0 for r in jobs)
+    summary = MlflowClient(tracking_uri(tmp_path)).download_artifacts(
+        parent.info.run_id, "summary.md", str(tmp_path))
+    assert "| env.n_agents |" in open(summary).read()  # swept keys are summary columns
 
 
 def test_optimized_samplers_get_a_reward_error_against_uniform(tmp_path):
