@@ -21,9 +21,10 @@ Everything is measured here, in this one process, at torch's 1 thread:
    on the real mpe2 env, from a replay pre-filled as above, so that every 100 steps is an
    update round; the loop's own phase timers give the sampling share of the wall time.
    Only `uniform` and `locality` (16×64) are run end to end, on both layouts. The env step,
-   the same for every row, dominates the time and swings with the host's load, so "sampling
-   saved" (the sampling seconds saved over uniform's, as a share of uniform's end-to-end
-   time, from the loop's own timers) is printed beside the end-to-end difference.
+   the same for every row, dominates the time and swings with the host's load, so "Δ e2e
+   from sampling" (the change in sampling seconds against uniform's, as a share of
+   uniform's end-to-end time, from the loop's own timers) is printed beside the measured
+   end-to-end difference.
 
 The host is shared (other jobs run on its 2 cores): the load average is printed, compare
 ratios within one run, not absolute times across runs.
