@@ -18,7 +18,7 @@ from hetrl import checkpoint
 from hetrl.algos.base import Learner
 from hetrl.envs.state import env_state, load_env_state
 from hetrl.evaluation import ptq_reward_error
-from hetrl.options import GROUPS, option_node
+from hetrl.options import GROUPS
 from hetrl.partition.planning import StepPlan, plan_measured_step, plan_step
 from hetrl.platform.model import ModeledPlatform
 from hetrl.progress import TrainingProgress
@@ -29,7 +29,7 @@ from hetrl.schema import validate
 from hetrl.seeding import rng_states, seed_everything, set_rng_states
 from hetrl.tracking.base import Tracker
 from hetrl.tracking.plots import gantt, learning_curve
-from hetrl.tracking.reward_error import numerics_key, reward_error_pct
+from hetrl.tracking.reward_error import numerics_key, reference_job, reward_error_pct
 
 log = logging.getLogger("hetrl")
 
@@ -58,12 +58,12 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
                 tracker.log_params(_flatten(OmegaConf.to_container(cfg, resolve=True,
                                                                     enum_to_str=True)))
             validate(cfg, choices)
-            key = numerics_key(cfg)
-            tracker.set_tags({"numerics_key": key})
+            tracker.set_tags({"numerics_key": numerics_key(cfg)})
             results = _train(cfg, choices, out_dir, tracker, saved, stop, name)
-            if choices["precision"] != "fp32" and "return_mean_100" in results:
-                results["reward_error_pct"] = _reward_error(cfg, choices, key, out_dir, tracker,
-                                                            results["return_mean_100"])
+            reference = reference_job(cfg, choices)
+            if reference is not None and "return_mean_100" in results:
+                results["reward_error_pct"] = _reward_error(*reference, cfg.steps, out_dir,
+                                                            tracker, results["return_mean_100"])
     except KeyboardInterrupt:
         tracker.end("KILLED")
         raise
@@ -75,20 +75,20 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
     return {**results, "run_id": tracker.run_id}
 
 
-def _reward_error(cfg: DictConfig, choices: Mapping[str, str], key: str, out_dir: Path,
-                  tracker: Tracker, value: float) -> float:
-    """Against the fp32 run with the same numerics (`key`): found in the tracker, or trained
-    now."""
-    reference = tracker.find_metric({"numerics_key": key, "precision": "fp32"}, "return_mean_100")
+def _reward_error(reference_cfg: DictConfig, reference_choices: Mapping[str, str], step: int,
+                  out_dir: Path, tracker: Tracker, value: float) -> float:
+    """Against the reference run (`reference_job`): found in the tracker, or trained now."""
+    tags = {"numerics_key": numerics_key(reference_cfg),
+            "precision": reference_choices["precision"]}
+    reference = tracker.find_metric(tags, "return_mean_100")
     if reference is None:
-        log.info("no fp32 run with the same numerics yet: training it for reward_error_pct")
-        twin = OmegaConf.merge(cfg, {"precision": None})
-        twin.precision = option_node("precision", "fp32")
-        (out_dir / "fp32_reference").mkdir(exist_ok=True)
-        reference = run(twin, {**choices, "precision": "fp32"},
-                        out_dir / "fp32_reference")["return_mean_100"]
+        log.info("no reference run (fp32, the replay's own sampler) yet: training it for "
+                 "reward_error_pct")
+        (out_dir / "reference").mkdir(exist_ok=True)
+        reference = run(reference_cfg, reference_choices,
+                        out_dir / "reference")["return_mean_100"]
     error = reward_error_pct(value, reference)
-    tracker.log_metrics({"reward_error_pct": error, "reward_fp32": reference}, step=cfg.steps)
+    tracker.log_metrics({"reward_error_pct": error, "reward_reference": reference}, step=step)
     return error
 
 
@@ -112,7 +112,7 @@ def _train(
     step_plan = modeled = None
     if isinstance(platform, ModeledPlatform):
         step_plan = modeled = plan_step(learner, platform, precision, instantiate(cfg.partitioner))
-    elif platform.measure_layers:
+    elif platform.measure_layers and hasattr(learner, "task_graph"):  # MARL learners have none
         step_plan = plan_measured_step(learner, platform, instantiate(cfg.partitioner), **spaces)
     if step_plan is not None and saved is None:
         _log_plan(tracker, step_plan, learner.batch_size, out_dir, name)

@@ -11,7 +11,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hetrl import CONF_DIR
-from hetrl.schema import ActionSpace
+from hetrl.schema import ActionSpace, Agents
 
 GROUPS = ("algo", "env", "platform", "precision", "partitioner", "scheduler", "replay", "actors",
           "tracking")
@@ -54,16 +54,23 @@ def option_class(group: str, name: str) -> type:
     return get_class(option_config(group, name)._target_)
 
 
-def envs_for(action_space: ActionSpace) -> list[str]:
-    """Env options whose action space is of the given kind."""
+def envs_for(action_space: ActionSpace, agents: Agents = Agents.single) -> list[str]:
+    """Env options whose action space and number of agents are of the given kinds."""
     return [name for name in group_options("env")
-            if option_config("env", name).action_space == action_space.value]
+            if (node := option_node("env", name)).action_space == action_space.value
+            and node.agents == agents.value]
 
 
-def algos_for(action_space: ActionSpace) -> list[str]:
-    """Algo options whose learner can act in the given kind of action space."""
+def algos_for(action_space: ActionSpace, agents: Agents = Agents.single) -> list[str]:
+    """Algo options whose learner can act in the given kinds of env."""
     return [name for name in group_options("algo")
-            if option_class("algo", name).supports(action_space)]
+            if option_class("algo", name).supports(action_space, agents)]
+
+
+def replays_for(agents: Agents) -> list[str]:
+    """Replay options that store transitions of single- or multi-agent envs."""
+    return [name for name in group_options("replay")
+            if getattr(option_class("replay", name), "agents", Agents.single) == agents]
 
 
 def algos_for_loop(on_policy: bool) -> list[str]:

@@ -33,6 +33,13 @@ class ActionSpace(str, Enum):
     continuous = "continuous"
 
 
+class Agents(str, Enum):
+    """How many agents an env has, so that single- and multi-agent learners are matched."""
+
+    single = "single"
+    multi = "multi"
+
+
 class Device(str, Enum):
     auto = "auto"
     cpu = "cpu"
@@ -86,12 +93,48 @@ class EnvConfig:
     vectorization: str = "sync"
     clip_rewards: bool = False  # the learner sees sign-clipped rewards; returns stay the score
     kwargs: dict[str, Any] = field(default_factory=dict)
+    agents: Agents = Agents.single
 
     def __post_init__(self) -> None:
         _require(self.n_envs >= 1, "env.n_envs", self.n_envs, "integers >= 1")
         modes = ("sync", "async", "vector_entry_point")
         _require(self.vectorization in modes, "env.vectorization", self.vectorization,
                  ", ".join(repr(m) for m in modes))
+
+
+class ReturnDefinition(str, Enum):
+    """What `return_mean_100` means in a multi-agent env (peers disagree on it)."""
+
+    team_sum = "team_sum"  # the sum over agents of each agent's episode return
+    agent_mean = "agent_mean"  # the mean over agents of each agent's episode return
+
+
+@dataclass
+class MpeEnvConfig:
+    """A PettingZoo MPE env of mpe2 (`id` names its module, e.g. simple_tag_v3).
+
+    `n_agents` counts the learning agents as the MARL paper names its configs: predators in
+    simple_tag (prey and obstacles follow as max(1, n/3) and max(2, n/3), extract E.2),
+    agents (and as many landmarks) in simple_spread. Every agent, prey included, is trained.
+    """
+
+    _target_: str = MISSING
+    id: str = MISSING
+    action_space: ActionSpace = ActionSpace.discrete
+    agents: Agents = Agents.multi
+    n_agents: int = 3
+    n_envs: int = 1
+    max_cycles: int = 25  # episode length
+    returns: ReturnDefinition = ReturnDefinition.team_sum
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _require(self.n_agents >= 1, "env.n_agents", self.n_agents, "integers >= 1")
+        _require(self.n_envs >= 1, "env.n_envs", self.n_envs, "integers >= 1")
+        _require(self.max_cycles >= 1, "env.max_cycles", self.max_cycles, "integers >= 1")
+        _require(self.action_space == ActionSpace.discrete, "env.action_space",
+                 self.action_space.value, "'discrete' (MPE's 5 moves)")
+        _require(self.agents == Agents.multi, "env.agents", self.agents.value, "'multi'")
 
 
 # ---- algo ------------------------------------------------------------------------------
@@ -180,6 +223,46 @@ class TD3Config(DDPGConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         _require(self.policy_delay >= 1, "algo.policy_delay", self.policy_delay, "integers >= 1")
+
+
+@dataclass
+class MADDPGConfig(AlgoConfig):
+    """MADDPG with the MARL paper's settings (extract B.3): `train_freq` env steps between
+    update rounds, `gradient_steps` rounds each, a round updating every agent's trainer once
+    on its own mini-batch; updates start at batch × episode length stored transitions."""
+
+    _target_: str = MISSING
+    batch_size: int = 1024
+    hidden: list[int] = field(default_factory=lambda: [64, 64])
+    lr: float = 0.01
+    gamma: float = 0.95
+    learning_starts: int = 25_600
+    train_freq: int = 100
+    tau: float = 0.01
+    max_grad_norm: float = 0.5
+    policy_reg: float = 1e-3  # weight of mean(logits²) in the actor loss (openai/maddpg)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(0 < self.tau <= 1, "algo.tau", self.tau, "floats in (0, 1]")
+        _require(self.max_grad_norm > 0, "algo.max_grad_norm", self.max_grad_norm, "floats > 0")
+        _require(self.policy_reg >= 0, "algo.policy_reg", self.policy_reg, "floats >= 0")
+
+
+@dataclass
+class MATD3Config(MADDPGConfig):
+    """MADDPG plus twin critics, target smoothing (on the target's soft actions) and delayed
+    actor and target updates."""
+
+    _target_: str = MISSING
+    policy_delay: int = 2
+    target_noise: float = 0.2
+    target_noise_clip: float = 0.5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.policy_delay >= 1, "algo.policy_delay", self.policy_delay, "integers >= 1")
+        _require(self.target_noise >= 0, "algo.target_noise", self.target_noise, "floats >= 0")
 
 
 @dataclass
@@ -512,6 +595,54 @@ class UniformReplayConfig:
     capacity: int = II("algo.buffer_size")
 
 
+class Sampler(str, Enum):
+    uniform = "uniform"
+    locality = "locality"  # reference points × contiguous windows (MARL paper, Algorithm 1)
+    prioritized = "prioritized"  # proportional PER
+    prioritized_locality = "prioritized_locality"  # PER references, windows by priority
+
+
+@dataclass
+class MultiAgentReplayConfig:
+    """A multi-agent layout (`per_agent` or `joint`) and the sampler that draws its indices.
+
+    `refs` × `neighbors` transitions make a `locality` batch (the paper's 16×64 and 64×16);
+    `prioritized_locality` gives each reference `neighbor_counts` by its priority over the
+    max against `thresholds`. The PER keys apply to both prioritized samplers.
+    """
+
+    _target_: str = MISSING
+    capacity: int = II("algo.buffer_size")
+    sampler: Sampler = Sampler.uniform
+    refs: int = 16
+    neighbors: int = 64
+    thresholds: list[float] = field(default_factory=lambda: [0.33, 0.66])
+    neighbor_counts: list[int] = field(default_factory=lambda: [1, 2, 4])
+    alpha: float = 0.6
+    beta: float = 0.4
+    beta_final: float = 1.0
+    beta_anneal: int = 10_000  # sample calls over which beta rises to beta_final
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        _require(self.capacity >= 1, "replay.capacity", self.capacity, "integers >= 1")
+        _require(self.refs >= 1, "replay.refs", self.refs, "integers >= 1")
+        _require(1 <= self.neighbors <= self.capacity, "replay.neighbors", self.neighbors,
+                 f"integers in [1, replay.capacity = {self.capacity}]")
+        _require(len(self.thresholds) + 1 == len(self.neighbor_counts)
+                 and list(self.thresholds) == sorted(self.thresholds),
+                 "replay.thresholds", list(self.thresholds),
+                 "increasing values, one fewer than replay.neighbor_counts")
+        _require(all(n >= 1 for n in self.neighbor_counts), "replay.neighbor_counts",
+                 list(self.neighbor_counts), "integers >= 1")
+        _require(self.alpha >= 0, "replay.alpha", self.alpha, "floats >= 0")
+        for key in ("beta", "beta_final"):
+            _require(0 <= getattr(self, key) <= 1, f"replay.{key}", getattr(self, key),
+                     "floats in [0, 1]")
+        _require(self.beta_anneal >= 1, "replay.beta_anneal", self.beta_anneal, "integers >= 1")
+        _require(self.eps > 0, "replay.eps", self.eps, "floats > 0")
+
+
 @dataclass
 class MlflowTrackingConfig:
     _target_: str = MISSING
@@ -558,16 +689,16 @@ class RunConfig:
 
 
 SCHEMAS: dict[str, dict[str, type]] = {
-    "env": {"gymnasium": EnvConfig},
+    "env": {"gymnasium": EnvConfig, "mpe": MpeEnvConfig},
     "algo": {"dqn": DQNConfig, "ddpg": DDPGConfig, "td3": TD3Config, "a2c": A2CConfig,
-             "ppo": PPOConfig},
+             "ppo": PPOConfig, "maddpg": MADDPGConfig, "matd3": MATD3Config},
     "platform": {"host": HostPlatformConfig, "modeled": ModeledPlatformConfig},
     "precision": {"uniform": UniformPrecisionConfig, "mixed": HardwareAwarePrecisionConfig,
                   "qat": QATPrecisionConfig},
     "partitioner": {"ilp": IlpPartitionerConfig, "heft": HeftPartitionerConfig,
                     "single": SinglePartitionerConfig},
     "scheduler": {"sync": SyncSchedulerConfig, "onpolicy": OnPolicySchedulerConfig},
-    "replay": {"uniform": UniformReplayConfig},
+    "replay": {"uniform": UniformReplayConfig, "multi_agent": MultiAgentReplayConfig},
     "actors": {"local": ActorsConfig},
     "tracking": {"mlflow": MlflowTrackingConfig, "none": NullTrackingConfig},
 }
@@ -590,20 +721,55 @@ def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     OmegaConf.to_object(cfg)  # builds each dataclass, which runs its __post_init__
     _check_algo_fits_env(cfg, choices)
     _check_algo_fits_scheduler(cfg, choices)
+    _check_replay_fits_env(cfg, choices)
+    _check_algo_fits_platform(cfg, choices)
 
 
 def _check_algo_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     from hetrl.options import algos_for, envs_for  # options reads the conf tree: import late
 
     learner = get_class(cfg.algo._target_)
-    has = ActionSpace(cfg.env.action_space)
-    if not learner.supports(has):
-        needs = learner.action_space
+    has, agents = ActionSpace(cfg.env.action_space), Agents(cfg.env.agents)
+    if not learner.supports(has, agents):
+        needs, needs_agents = learner.action_space, learner.agents
         raise ConfigError(
-            f"algo={choices['algo']} needs a {needs.value} action space, but "
-            f"env={choices['env']} ({cfg.env.id}) has a {has.value} one: "
-            f"choose env from {envs_for(needs)} or algo from {algos_for(has)}"
+            f"algo={choices['algo']} needs a {needs_agents.value}-agent env with a "
+            f"{needs.value} action space, but env={choices['env']} ({cfg.env.id}) is a "
+            f"{agents.value}-agent env with a {has.value} one: choose env from "
+            f"{envs_for(needs, needs_agents)} or algo from {algos_for(has, agents)}"
         )
+
+
+def _check_algo_fits_platform(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    """A modeled platform plans the learner's step from the learner's task graph."""
+    from hetrl.options import group_options, option_class  # import late, as above
+
+    modeled = "name" in cfg.platform  # a ModeledPlatformConfig
+    if modeled and not hasattr(get_class(cfg.algo._target_), "task_graph"):
+        planned = [a for a in group_options("algo") if hasattr(option_class("algo", a), "task_graph")]
+        raise ConfigError(
+            f"algo={choices['algo']} describes no task graph, so platform={choices['platform']} "
+            f"cannot plan it: choose platform=host or algo from {planned}"
+        )
+
+
+def _check_replay_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    from hetrl.options import replays_for  # import late, as above
+
+    if get_class(cfg.algo._target_).on_policy:  # no replay
+        return
+    agents = Agents(cfg.env.agents)
+    has = getattr(get_class(cfg.replay._target_), "agents", Agents.single)
+    if has != agents:
+        raise ConfigError(
+            f"replay={choices['replay']} stores {has.value}-agent transitions, but "
+            f"env={choices['env']} is a {agents.value}-agent env: choose replay from "
+            f"{replays_for(agents)}"
+        )
+    if cfg.replay.get("sampler") == Sampler.locality.value:
+        refs, neighbors, batch = cfg.replay.refs, cfg.replay.neighbors, cfg.algo.batch_size
+        _require(refs * neighbors == batch, "replay.refs", refs,
+                 f"refs × replay.neighbors ({neighbors}) = algo.batch_size ({batch})")
 
 
 def _check_algo_fits_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
+
 import gymnasium as gym
 import pytest
 import torch
@@ -10,14 +12,22 @@ from helpers import compose_job, hetrl_cli, tracking_uri
 from hydra.errors import ConfigCompositionException, InstantiationException
 from hydra.utils import get_class, instantiate
 
-from hetrl.options import GROUPS, algos_for, algos_for_loop, group_options, option_config
-from hetrl.schema import ActionSpace, ConfigError, validate
+from hetrl.options import (GROUPS, algos_for, algos_for_loop, group_options, option_class,
+                           option_config, option_node)
+from hetrl.schema import ActionSpace, Agents, ConfigError, validate
 
 ALL_OPTIONS = [(group, option) for group in GROUPS for option in group_options(group)]
 
 
 def _fitting_algo(env_option: str) -> str:
-    return algos_for(ActionSpace(option_config("env", env_option).action_space))[0]
+    node = option_node("env", env_option)
+    return algos_for(ActionSpace(node.action_space), Agents(node.agents))[0]
+
+
+def _fitting_algo_for_replay(replay_option: str) -> str:
+    agents = getattr(option_class("replay", replay_option), "agents", Agents.single)
+    off_policy = algos_for_loop(False)
+    return [a for a in algos_for(ActionSpace.discrete, agents) if a in off_policy][0]
 
 
 def _fitting_algo_for_scheduler(scheduler_option: str) -> str:
@@ -36,6 +46,8 @@ def test_every_option_composes_validates_and_builds(group, option, tmp_path):
         overrides.append(f"algo={_fitting_algo(option)}")
     if group == "scheduler":
         overrides.append(f"algo={_fitting_algo_for_scheduler(option)}")
+    if group == "replay":
+        overrides.append(f"algo={_fitting_algo_for_replay(option)}")
     cfg, choices = compose_job(*overrides)
     assert choices[group] == option
     validate(cfg, choices)
@@ -58,7 +70,8 @@ def test_every_option_composes_validates_and_builds(group, option, tmp_path):
     elif group == "replay":
         obs, _ = envs.reset(seed=0)
         actions = envs.action_space.sample()
-        built.add(obs, actions, [1.0] * len(obs), obs, [0.0] * len(obs))
+        next_obs, rewards, terminated, _, _ = envs.step(actions)
+        built.add(obs, actions, rewards, next_obs, terminated)
         assert len(built) == len(obs) and built.sample(4).obs.shape[0] == 4
     elif group == "platform":
         assert isinstance(built.device, torch.device)
@@ -145,12 +158,16 @@ def test_help_lists_groups_and_options(tmp_path):
     assert out.returncode == 0
     for group in GROUPS:
         assert f"{group}: " in out.stdout
-    assert "a2c, ddpg, dqn, ppo, td3" in out.stdout
+    assert "a2c, ddpg, dqn, maddpg, matd3, ppo, td3" in out.stdout
 
 
-def test_gymnasium_envs_are_real():
+def test_gymnasium_and_mpe_envs_are_real():
     for option in group_options("env"):
-        module, _, env_id = option_config("env", option).id.rpartition(":")
-        if module:  # "ale_py:ALE/Breakout-v5": the module registers the env
-            importlib.import_module(module)
-        assert env_id in gym.registry
+        env = option_config("env", option)
+        if env._target_ == "hetrl.envs.make_vector_env":
+            module, _, env_id = env.id.rpartition(":")
+            if module:  # "ale_py:ALE/Breakout-v5": the module registers the env
+                importlib.import_module(module)
+            assert env_id in gym.registry
+        else:
+            assert importlib.util.find_spec(f"mpe2.{env.id}") is not None

@@ -21,7 +21,7 @@ from hetrl.algos.networks import StochasticPolicy, network
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.steps import policy_gradient_step_graph
 from hetrl.replay.rollout import RolloutBatch
-from hetrl.schema import ActionSpace
+from hetrl.schema import ActionSpace, Agents
 
 
 class A2C(Learner):
@@ -61,8 +61,8 @@ class A2C(Learner):
         self.low, self.high = (act_space.low, act_space.high) if box else (None, None)
 
     @classmethod
-    def supports(cls, space: ActionSpace) -> bool:
-        return True  # Categorical or Gaussian policy
+    def supports(cls, space: ActionSpace, agents: Agents = Agents.single) -> bool:
+        return agents == cls.agents  # any action space: a Categorical or Gaussian policy
 
     def make_optimizer(self, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
         """SB3's A2C optimizer: RMSprop with alpha 0.99, eps 1e-5."""

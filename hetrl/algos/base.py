@@ -9,7 +9,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from hetrl.schema import ActionSpace
+from hetrl.scheduler.state import PhaseTimer
+from hetrl.schema import ActionSpace, Agents
 
 
 class Batch(NamedTuple):
@@ -18,6 +19,10 @@ class Batch(NamedTuple):
     rewards: torch.Tensor
     next_obs: torch.Tensor
     dones: torch.Tensor  # 1.0 where the episode terminated (not truncated)
+    # prioritized replay: the rows' replay indices and importance weights; a learner given
+    # weights weighs its TD loss by them and returns `td_errors` (one per row) for new priorities
+    indices: np.ndarray | None = None
+    weights: torch.Tensor | None = None
 
 
 class Learner(nn.Module):
@@ -29,13 +34,14 @@ class Learner(nn.Module):
     """
 
     action_space: ClassVar[ActionSpace]
+    agents: ClassVar[Agents] = Agents.single
     on_policy: ClassVar[bool] = False  # trains on its own fresh rollouts (scheduler=onpolicy)
     policy_attr: ClassVar[str] = "actor"  # the attribute holding the network `act` runs
 
     @classmethod
-    def supports(cls, space: ActionSpace) -> bool:
-        """Whether the learner can act in an action space of this kind."""
-        return cls.action_space == space
+    def supports(cls, space: ActionSpace, agents: Agents = Agents.single) -> bool:
+        """Whether the learner can act in an env with this kind of action space and agents."""
+        return cls.action_space == space and cls.agents == agents
 
     def __init__(
         self,
@@ -65,6 +71,13 @@ class Learner(nn.Module):
         self.updates = 0
         self.scaler: torch.amp.GradScaler | None = None  # float16 loss scaling, if any
         self.skipped_steps = 0  # optimizer steps skipped on float16 overflow
+        # the update's own phases (`with self.timer("q_loss"):`), added up where the
+        # scheduler points them (`time_phases`) next to the loop's phases
+        self.timer = PhaseTimer({})
+
+    def time_phases(self, totals: dict[str, float]) -> None:
+        """Add the update's inner phases, if it times any, to `totals` (seconds by name)."""
+        self.timer = PhaseTimer(totals)
 
     def act(self, obs: np.ndarray, step: int | None) -> np.ndarray:
         """Actions for a batch of observations; `step` (env steps so far) asks for

@@ -4,7 +4,8 @@ policy, Q critics, Polyak averaging."""
 from __future__ import annotations
 
 import copy
-from typing import Iterable
+from contextlib import contextmanager
+from typing import Iterable, Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -128,6 +129,17 @@ def frozen_copy(module: nn.Module) -> nn.Module:
     target = copy.deepcopy(module)
     target.requires_grad_(False)
     return target
+
+
+@contextmanager
+def frozen(module: nn.Module) -> Iterator[None]:
+    """No gradients for the module's weights inside (they still flow through it): an actor
+    loss backpropagates through the critic without computing the critic's weight gradients."""
+    module.requires_grad_(False)
+    try:
+        yield
+    finally:
+        module.requires_grad_(True)
 
 
 @torch.no_grad()

@@ -17,6 +17,7 @@ def make_vector_env(
     vectorization: str = "sync",
     clip_rewards: bool = False,
     kwargs: dict[str, Any] | None = None,
+    agents: str = "single",  # declared for the config checks (schema.validate)
 ) -> gym.vector.VectorEnv:
     """`n_envs` copies of a registered gymnasium env, with episode statistics recorded.
 

@@ -35,7 +35,8 @@ class Training:
     actors: Any = None  # the `actors` option built (hetrl.actors): where and in which precision
 
 
-TRAINING_PHASES = ("replay_add", "rollout_add", "advantages", "sample", "update")
+TRAINING_PHASES = ("replay_add", "rollout_add", "advantages", "sample", "update",
+                   "priority_update")
 """PEARL's training iteration: what eps_host divides by (on-policy: store, GAE, minibatch,
 update)."""
 

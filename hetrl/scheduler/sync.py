@@ -20,6 +20,7 @@ class SyncScheduler:
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         envs, learner, replay = t.envs, t.learner, t.replay
         timer = PhaseTimer(state.phase_s)
+        learner.time_phases(state.phase_s)
         autocast = t.precision.autocast(learner.device)
         n_envs = envs.num_envs
         obs = state.obs
@@ -54,6 +55,10 @@ class SyncScheduler:
                         batch = replay.sample(learner.batch_size)
                     with timer("update"), autocast:
                         learner_metrics = learner.update(batch)
+                    if batch.weights is not None:  # prioritized: new priorities
+                        with timer("priority_update"):
+                            replay.update_priorities(batch.indices,
+                                                     learner_metrics.pop("td_errors"))
                     state.updates += 1
 
             boundary(n_envs, obs, learner_metrics)

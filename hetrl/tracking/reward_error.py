@@ -1,12 +1,21 @@
-"""`reward_error_pct`: a run's final return against the fp32 run with the same numerics
-(AP-DRL's reward error: |R - R_fp32| / |R_fp32| x 100, R the final return_mean_100)."""
+"""`reward_error_pct`: a run's final return against its reference run (AP-DRL's reward error:
+|R - R_ref| / |R_ref| x 100, R the final return_mean_100).
+
+The reference is the same job with the plain choices of what hetrl optimizes: fp32 for the
+precision policy (AP-DRL), the replay option's own sampler (uniform) for the MARL paper's
+sampling optimizations. A job that makes neither change is its own reference and has none.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 
+from typing import Mapping
+
 from omegaconf import DictConfig, OmegaConf
+
+from hetrl.options import option_node
 
 NOT_NUMERICS = ("precision", "platform", "partitioner", "tracking", "resume", "log_every",
                 "checkpoint_every", "device")
@@ -19,6 +28,18 @@ def numerics_key(cfg: DictConfig) -> str:
     for key in NOT_NUMERICS:
         data.pop(key, None)
     return hashlib.sha1(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def reference_job(cfg: DictConfig, choices: Mapping[str, str]
+                  ) -> tuple[DictConfig, dict[str, str]] | None:
+    """The config and choices of the run this job's reward is compared with, or None."""
+    twin = OmegaConf.merge(cfg, {"precision": None})
+    twin.precision = option_node("precision", "fp32")
+    if "sampler" in cfg.replay:  # the layout's own sampler; its other keys as they are
+        twin.replay.sampler = option_node("replay", choices["replay"]).sampler
+    if choices["precision"] == "fp32" and numerics_key(twin) == numerics_key(cfg):
+        return None
+    return twin, {**choices, "precision": "fp32"}
 
 
 def reward_error_pct(value: float, reference: float) -> float:

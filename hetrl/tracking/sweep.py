@@ -30,6 +30,7 @@ class MlflowSweep(Callback):
         self.uri, self.experiment = uri, experiment
         self.client = None
         self.parent_id: str | None = None
+        self.keys: list[str] = []  # config keys set on the command line: columns of the summary
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if self.uri is None:  # tracking=none
@@ -45,6 +46,9 @@ class MlflowSweep(Callback):
                   "overrides": " ".join(config.hydra.overrides.task)},
         )
         self.parent_id = run.info.run_id
+        keys = [o.split("=", 1)[0].lstrip("+~") for o in config.hydra.overrides.task if "=" in o]
+        self.keys = [k for k in keys if k not in CHOICE_TAGS and k != "tracking.uri"
+                     and not k.startswith("hydra.")]
         os.environ[PARENT_ENV] = self.parent_id
         atexit.register(self._close)
 
@@ -65,9 +69,10 @@ class MlflowSweep(Callback):
 
     def _write_summary(self) -> list:
         children = self._children()
-        header = ["run", *CHOICE_TAGS, "status", *SUMMARY_METRICS]
+        header = ["run", *CHOICE_TAGS, *self.keys, "status", *SUMMARY_METRICS]
         rows = [
-            [run.info.run_name, *(run.data.tags.get(t, "") for t in CHOICE_TAGS), run.info.status,
+            [run.info.run_name, *(run.data.tags.get(t, "") for t in CHOICE_TAGS),
+             *(run.data.params.get(k, "") for k in self.keys), run.info.status,
              *(_fmt(run.data.metrics.get(m)) for m in SUMMARY_METRICS)]
             for run in children
         ]

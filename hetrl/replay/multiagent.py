@@ -1,0 +1,190 @@
+"""Multi-agent replay layouts: where each agent's part of a transition lives in memory.
+
+`PerAgentReplay` is the MARL paper's baseline: one ring per agent and per field (the
+reference code's buffers, in numpy), so a batch gathers the same slots from every agent's
+arrays, N gathers per field. `JointReplay` is its key-value layout: the slot is the key and
+the value one contiguous row holding every agent's fields, so a batch is one gather of rows.
+
+Storage grows by doubling up to `capacity` (the paper's 1M transitions of 24 agents would be
+tens of GB preallocated), so the ring only wraps once it has its full size.
+
+Both take and return arrays shaped (n, n_agents, ...) with observations zero-padded to the
+widest agent (hetrl.envs.mpe); the sampler (hetrl.replay.samplers) picks the slots, so any
+sampler works with either layout and, for the same slots, both return the same batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from hetrl.algos.base import Batch
+from hetrl.replay.samplers import make_sampler
+from hetrl.schema import Agents
+
+INITIAL_ROWS = 4096
+
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""obs (n, N, D), actions (n, N) int64, rewards (n, N), next_obs (n, N, D), dones (n, N)."""
+
+
+class MultiAgentReplay:
+    """The ring bookkeeping and sampling both layouts share; a layout stores and gathers."""
+
+    agents = Agents.multi
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_space: gym.spaces.Box,
+        act_space: gym.spaces.MultiDiscrete,
+        device: torch.device,
+        sampler: str = "uniform",
+        **sampler_options: Any,
+    ) -> None:
+        self.capacity, self.device = capacity, device
+        self.n_agents, self.width = obs_space.shape
+        # real features per agent: the padding has bounds [0, 0] (hetrl.envs.mpe)
+        self.obs_dims = [int(d) for d in (obs_space.high > obs_space.low).sum(axis=1)]
+        self.sampler = make_sampler(sampler, capacity, **sampler_options)
+        self.allocated = min(capacity, INITIAL_ROWS)  # rows of storage so far
+        self.pos = 0
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+            next_obs: np.ndarray, dones: np.ndarray) -> None:
+        """Store one transition per env, overwriting the oldest when full. `dones` (one per
+        env) applies to every agent."""
+        n = len(obs)
+        if self.pos + n > self.allocated and self.allocated < self.capacity:
+            self.allocated = min(self.capacity, max(2 * self.allocated, self.pos + n))
+            self.grow(self.allocated)
+        slots = (self.pos + np.arange(n)) % self.capacity
+        dones = np.broadcast_to(np.asarray(dones, np.float32)[:, None], (n, self.n_agents))
+        self.write(slots, (obs, actions, rewards, next_obs, dones))
+        self.sampler.added(slots)
+        self.pos = (self.pos + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+
+    def sample(self, n: int) -> Batch:
+        idx, weights = self.sampler.sample(n, self.size)
+        columns = [torch.from_numpy(c).to(self.device) for c in self.gather(idx)]
+        if weights is None:
+            return Batch(*columns)
+        return Batch(*columns, indices=idx, weights=torch.from_numpy(weights).to(self.device))
+
+    def update_priorities(self, idx: np.ndarray, td_errors: torch.Tensor) -> None:
+        self.sampler.update(idx, td_errors.float().cpu().numpy())
+
+    def grow(self, rows: int) -> None:
+        """Enlarge the storage to `rows` slots, keeping what is stored."""
+        raise NotImplementedError
+
+    def write(self, slots: np.ndarray, columns: Columns) -> None:
+        raise NotImplementedError
+
+    def gather(self, idx: np.ndarray) -> Columns:
+        raise NotImplementedError
+
+    def arrays(self) -> list[np.ndarray]:
+        """The storage arrays, slot-major (what a checkpoint saves)."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"arrays": [a[: self.size].copy() for a in self.arrays()], "pos": self.pos,
+                "size": self.size, "sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.pos, self.size = state["pos"], state["size"]
+        if self.size > self.allocated:
+            self.allocated = self.size
+            self.grow(self.size)
+        for array, saved in zip(self.arrays(), state["arrays"]):
+            array[: self.size] = saved
+        self.sampler.load_state_dict(state["sampler"])
+
+
+class PerAgentReplay(MultiAgentReplay):
+    """One ring per agent and field, each agent's observations at their own width."""
+
+    def __init__(self, capacity: int, obs_space: gym.spaces.Box,
+                 act_space: gym.spaces.MultiDiscrete, device: torch.device,
+                 **options: Any) -> None:
+        super().__init__(capacity, obs_space, act_space, device, **options)
+        rows = self.allocated
+        self.obs = [np.zeros((rows, d), np.float32) for d in self.obs_dims]
+        self.next_obs = [np.zeros((rows, d), np.float32) for d in self.obs_dims]
+        self.actions = [np.zeros(rows, np.int64) for _ in self.obs_dims]
+        self.rewards = [np.zeros(rows, np.float32) for _ in self.obs_dims]
+        self.dones = [np.zeros(rows, np.float32) for _ in self.obs_dims]
+
+    def _fields(self) -> tuple[list[np.ndarray], ...]:
+        return self.obs, self.actions, self.rewards, self.next_obs, self.dones
+
+    def grow(self, rows: int) -> None:
+        for field in self._fields():
+            field[:] = [_grown(array, rows) for array in field]
+
+    def write(self, slots: np.ndarray, columns: Columns) -> None:
+        for field, values in zip(self._fields(), columns):
+            for i, array in enumerate(field):
+                array[slots] = values[:, i, : array.shape[1]] if array.ndim == 2 else values[:, i]
+
+    def gather(self, idx: np.ndarray) -> Columns:
+        n = len(idx)
+        obs = np.zeros((n, self.n_agents, self.width), np.float32)
+        next_obs = np.zeros_like(obs)
+        for i, d in enumerate(self.obs_dims):  # every agent's ring at the common indices
+            obs[:, i, :d] = self.obs[i][idx]
+            next_obs[:, i, :d] = self.next_obs[i][idx]
+        actions, rewards, dones = (np.stack([a[idx] for a in field], axis=1)
+                                   for field in (self.actions, self.rewards, self.dones))
+        return obs, actions, rewards, next_obs, dones
+
+    def arrays(self) -> list[np.ndarray]:
+        return [array for field in self._fields() for array in field]
+
+
+class JointReplay(MultiAgentReplay):
+    """One row per slot: [obs of all agents | actions | rewards | next_obs | dones], float32
+    (actions are small integers, exact in float32). A batch is one gather of rows; its
+    fields are views of the gathered block."""
+
+    def __init__(self, capacity: int, obs_space: gym.spaces.Box,
+                 act_space: gym.spaces.MultiDiscrete, device: torch.device,
+                 **options: Any) -> None:
+        super().__init__(capacity, obs_space, act_space, device, **options)
+        n, w = self.n_agents, self.width
+        widths = [n * w, n, n, n * w, n]
+        self.bounds = np.cumsum([0, *widths])
+        self.rows = np.zeros((self.allocated, int(self.bounds[-1])), np.float32)
+
+    def grow(self, rows: int) -> None:
+        self.rows = _grown(self.rows, rows)
+
+    def write(self, slots: np.ndarray, columns: Columns) -> None:
+        n = len(slots)
+        self.rows[slots] = np.concatenate([np.reshape(c, (n, -1)) for c in columns], axis=1)
+
+    def gather(self, idx: np.ndarray) -> Columns:
+        block = self.rows[idx]  # the one gather: contiguous rows
+        n, agents = len(idx), self.n_agents
+        obs, actions, rewards, next_obs, dones = (
+            block[:, lo:hi] for lo, hi in zip(self.bounds[:-1], self.bounds[1:]))
+        return (obs.reshape(n, agents, self.width), actions.astype(np.int64), rewards,
+                next_obs.reshape(n, agents, self.width), dones)
+
+    def arrays(self) -> list[np.ndarray]:
+        return [self.rows]
+
+
+def _grown(array: np.ndarray, rows: int) -> np.ndarray:
+    bigger = np.zeros((rows, *array.shape[1:]), array.dtype)
+    bigger[: len(array)] = array
+    return bigger

@@ -1,0 +1,101 @@
+"""MADDPG and MATD3 on MPE through the same loop, tracking and checks as single-agent runs:
+every phase is timed, mismatched choices are named, the issue's sweep lands as one MLflow
+sweep, optimized samplers get a reward error against uniform, and MADDPG learns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import compose_job, hetrl_cli, mlflow_runs, run_job, tracking_uri
+from mlflow.tracking import MlflowClient
+
+from hetrl.envs.mpe import MpeVectorEnv
+from hetrl.schema import ConfigError, validate
+from hetrl.tracking.reward_error import reference_job
+
+TINY = ("steps=300", "algo.learning_starts=100", "algo.batch_size=32", "algo.train_freq=50",
+        "algo.hidden=[16]", "replay.refs=4", "replay.neighbors=8", "log_every=100")
+PHASES = {"act", "env", "replay_add", "sample", "update", "target_q", "q_loss", "p_loss",
+          "target_update"}
+
+
+def test_matd3_with_prioritized_locality_times_every_phase(tmp_path):
+    result = run_job(tmp_path, "tracking=none", *TINY, "algo=matd3", "env=simple_tag",
+                     "replay=joint", "replay.sampler=prioritized_locality")
+    phases = {k.removeprefix("phase/").removesuffix("_s") for k in result
+              if k.startswith("phase/") and k.endswith("_s")}
+    assert phases == PHASES | {"priority_update"}
+    # 4 rounds (at 150, 200, 250, 300 steps) of one update per trainer: 3 predators + 1 prey
+    assert result["updates"] == 4 * 4
+    inner = sum(result[f"phase/{p}_s"] for p in ("target_q", "q_loss", "p_loss", "target_update"))
+    assert 0 < inner <= result["phase/update_s"]
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    (("algo=dqn", "env=simple_tag"), ["algo=dqn", "single-agent", "env=simple_tag",
+                                      "['maddpg', 'matd3']", "['breakout', 'cartpole', 'mspacman']"]),
+    (("algo=maddpg", "env=cartpole"), ["algo=maddpg", "multi-agent", "env=cartpole",
+                                       "['simple_spread', 'simple_tag']"]),
+    (("algo=maddpg", "replay=uniform"), ["replay=uniform", "['joint', 'per_agent']"]),
+    (("algo=maddpg", "replay.sampler=locality", "replay.refs=8"),
+     ["replay.refs=8", "algo.batch_size (1024)"]),
+    (("algo=matd3", "platform=versal"), ["algo=matd3", "platform=versal", "platform=host"]),
+])
+def test_mismatched_choices_are_named_with_the_valid_ones(overrides, named):
+    cfg, choices = compose_job(*overrides)
+    with pytest.raises(ConfigError) as err:
+        validate(cfg, choices)
+    assert all(part in str(err.value) for part in named), str(err.value)
+
+
+def test_entity_counts_follow_the_agent_count():
+    """3 predators: 1 prey, 2 obstacles; 24: 8 and 8 (the paper's Box(98)/Box(96))."""
+    envs = MpeVectorEnv("simple_tag_v3", n_agents=24)
+    assert envs.n_agents == 32 and envs.obs_dims[0] == 98 and envs.obs_dims[-1] == 96
+    assert MpeVectorEnv("simple_spread_v3", n_agents=6).obs_dims == [36] * 6
+
+
+def test_the_issue_sweep_lands_as_one_mlflow_sweep(tmp_path):
+    """The done-when command, on a tiny budget."""
+    out = hetrl_cli(tmp_path, "-m", "algo=maddpg,matd3", "env=simple_tag", "env.n_agents=3,24",
+                    "replay=per_agent,joint", "steps=40", "algo.learning_starts=20",
+                    "algo.batch_size=8", "algo.train_freq=20", "algo.hidden=[8]", "log_every=20")
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = mlflow_runs(tmp_path)
+    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "true"]
+    jobs = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(jobs) == 8 and all(r.info.status == "FINISHED" for r in jobs)
+    assert {r.data.params["env.n_agents"] for r in jobs} == {"3", "24"}
+    assert all(r.data.params["env.returns"] == "team_sum" for r in jobs)
+    assert all(r.data.metrics["phase/sample_pct"] > 0 for r in jobs)
+    summary = MlflowClient(tracking_uri(tmp_path)).download_artifacts(
+        parent.info.run_id, "summary.md", str(tmp_path))
+    assert "| env.n_agents |" in open(summary).read()  # swept keys are summary columns
+
+
+def test_optimized_samplers_get_a_reward_error_against_uniform(tmp_path):
+    job = ("algo=maddpg", *TINY, "replay=joint")
+    locality = run_job(tmp_path, *job, "replay.sampler=locality")
+    runs = mlflow_runs(tmp_path)
+    (uniform,) = [r for r in runs if r.data.params["replay.sampler"] == "uniform"]
+    assert len(runs) == 2  # the uniform reference was trained for it
+    reference = uniform.data.metrics["return_mean_100"]
+    assert locality["reward_error_pct"] == pytest.approx(
+        abs(locality["return_mean_100"] - reference) / abs(reference) * 100)
+    run_job(tmp_path, *job, "replay.sampler=prioritized")
+    assert len(mlflow_runs(tmp_path)) == 3  # and reused
+    assert reference_job(*compose_job(*job)) is None  # uniform fp32 is its own reference
+
+
+def test_maddpg_beats_a_random_team_on_simple_spread(tmp_path):
+    """MADDPG, 3 agents, its default budget (conf/tuned/maddpg_simple_spread.yaml)."""
+    envs = MpeVectorEnv("simple_spread_v3", n_agents=3)
+    envs.reset(seed=0)
+    envs.action_space.seed(0)
+    random_returns: list[float] = []
+    while len(random_returns) < 100:
+        info = envs.step(envs.action_space.sample())[-1]
+        if info:
+            random_returns.append(float(info["episode"]["r"][0]))
+    result = run_job(tmp_path, "algo=maddpg", "env=simple_spread", "tracking=none")
+    assert result["return_mean_100"] > np.mean(random_returns) + 10
