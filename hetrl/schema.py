@@ -61,6 +61,7 @@ class EnvConfig:
     action_space: ActionSpace = MISSING
     n_envs: int = 1
     vectorization: str = "sync"  # sync | async (gymnasium's vectorization modes)
+    flatten_observation: bool = False  # Dict observations (DM Control) -> one flat Box
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -148,6 +149,27 @@ class TD3Config(DDPGConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         _require(self.policy_delay >= 1, "algo.policy_delay", self.policy_delay, "integers >= 1")
+
+
+@dataclass
+class D4PGConfig(DDPGConfig):
+    _target_: str = MISSING
+    critic_hidden: list[int] = field(default_factory=lambda: [512, 512, 256])
+    v_min: float = -150.0
+    v_max: float = 150.0
+    atoms: int = 51
+    n_step: int = 5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(
+            len(self.critic_hidden) > 0 and all(h >= 1 for h in self.critic_hidden),
+            "algo.critic_hidden", list(self.critic_hidden), "a non-empty list of widths >= 1",
+        )
+        _require(self.v_max > self.v_min, "algo.v_max", self.v_max,
+                 f"floats > algo.v_min ({self.v_min})")
+        _require(self.atoms >= 2, "algo.atoms", self.atoms, "integers >= 2")
+        _require(self.n_step >= 1, "algo.n_step", self.n_step, "integers >= 1")
 
 
 @dataclass
@@ -429,6 +451,11 @@ class OnPolicySchedulerConfig:
 class UniformReplayConfig:
     _target_: str = MISSING
     capacity: int = II("algo.buffer_size")
+    n_step: int = 1  # the algo's n-step returns (D4PG), through an accumulator on add
+    gamma: float = 0.99
+
+    def __post_init__(self) -> None:
+        _require(self.n_step >= 1, "replay.n_step", self.n_step, "integers >= 1")
 
 
 @dataclass
@@ -477,8 +504,8 @@ class RunConfig:
 
 SCHEMAS: dict[str, dict[str, type]] = {
     "env": {"gymnasium": EnvConfig},
-    "algo": {"dqn": DQNConfig, "ddpg": DDPGConfig, "td3": TD3Config, "a2c": A2CConfig,
-             "ppo": PPOConfig},
+    "algo": {"dqn": DQNConfig, "ddpg": DDPGConfig, "td3": TD3Config, "d4pg": D4PGConfig,
+             "a2c": A2CConfig, "ppo": PPOConfig},
     "platform": {"host": HostPlatformConfig, "modeled": ModeledPlatformConfig},
     "precision": {"uniform": UniformPrecisionConfig, "mixed": HardwareAwarePrecisionConfig},
     "partitioner": {"ilp": IlpPartitionerConfig, "heft": HeftPartitionerConfig,

@@ -17,6 +17,7 @@ class Batch(NamedTuple):
     rewards: torch.Tensor
     next_obs: torch.Tensor
     dones: torch.Tensor  # 1.0 where the episode terminated (not truncated)
+    discounts: torch.Tensor  # the bootstrap discount: gamma, or gamma^k for k-step returns
 
 
 class Learner(nn.Module):

@@ -15,9 +15,14 @@ def make_vector_env(
     action_space: str,
     n_envs: int = 1,
     vectorization: str = "sync",
+    flatten_observation: bool = False,
     kwargs: dict[str, Any] | None = None,
 ) -> gym.vector.VectorEnv:
     """`n_envs` copies of a registered gymnasium env, with episode statistics recorded.
+
+    An id of the form `module:EnvId` imports the module that registers it first
+    (`shimmy:dm_control/walker-stand-v0`); `flatten_observation` turns a Dict observation
+    (DM Control's named features) into one flat vector.
 
     Same-step autoreset puts the true last observation of an episode in
     `info["final_obs"]`, so the replay stores real transitions across resets.
@@ -27,6 +32,7 @@ def make_vector_env(
         num_envs=n_envs,
         vectorization_mode=vectorization,
         vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        wrappers=[gym.wrappers.FlattenObservation] if flatten_observation else None,
         **(kwargs or {}),
     )
     declared = ActionSpace(action_space)
