@@ -13,7 +13,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from hetrl import CONF_DIR
 from hetrl.schema import ActionSpace
 
-GROUPS = ("algo", "env", "platform", "precision", "partitioner", "scheduler", "replay", "tracking")
+GROUPS = ("algo", "env", "platform", "precision", "partitioner", "scheduler", "replay", "actors",
+          "tracking")
 """The config groups a user chooses from (`tuned` and `schema` are internal)."""
 
 

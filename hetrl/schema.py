@@ -51,6 +51,27 @@ class DType(str, Enum):
     float16 = "float16"
 
 
+class ActorPrecision(str, Enum):
+    """The inference precision `q` of a policy copy (QuaRL's PTQ, ActorQ's actors)."""
+
+    fp32 = "fp32"
+    fp16 = "fp16"
+    int8 = "int8"
+
+
+class Int8Mode(str, Enum):
+    """How int8 is computed.
+
+    `paper`: QuaRL's quantizer exactly as printed (delta over 2^n, no zero-point, no clamp),
+    as fake quant in float on weights and activations: the reward-error study.
+    `kernel`: standard clamped int8 (symmetric weights, affine activations) run by real
+    int8 kernels (PyTorch's dynamically quantized Linear/Conv): the speed study.
+    """
+
+    paper = "paper"
+    kernel = "kernel"
+
+
 # ---- env -------------------------------------------------------------------------------
 
 
@@ -448,6 +469,29 @@ class OnPolicySchedulerConfig:
 
 
 @dataclass
+class ActorsConfig:
+    """Where the actors run and the precision `q` of their policy copy (ActorQ); with the
+    sync and on-policy schedulers (`actors=local`) acting stays in the learner's process and
+    `precision` is that of the final-policy evaluation (PTQ, `ptq_reward_error_pct`).
+    Actor pools (process, ray) subclass this and add their own fields."""
+
+    _target_: str = MISSING
+    # strings, not enums, so that a bad value is a ConfigError naming the choices
+    precision: str = "fp32"  # fp32 | fp16 | int8
+    int8_mode: str = "kernel"  # paper | kernel
+    per_channel: bool = True  # one scale per output channel of a convolution
+    eval_episodes: int = 20  # episodes of the PTQ evaluation (fp32 and quantized, same seeds)
+
+    def __post_init__(self) -> None:
+        _require(self.precision in {p.value for p in ActorPrecision}, "actors.precision",
+                 self.precision, str([p.value for p in ActorPrecision]))
+        _require(self.int8_mode in {m.value for m in Int8Mode}, "actors.int8_mode",
+                 self.int8_mode, str([m.value for m in Int8Mode]))
+        _require(self.eval_episodes >= 1, "actors.eval_episodes", self.eval_episodes,
+                 "integers >= 1")
+
+
+@dataclass
 class UniformReplayConfig:
     _target_: str = MISSING
     capacity: int = II("algo.buffer_size")
@@ -487,6 +531,7 @@ class RunConfig:
     replay: Any = MISSING
     tracking: Any = MISSING
     partitioner: Any = MISSING
+    actors: Any = MISSING
     seed: int = 0
     steps: int = 50_000
     device: Device = Device.auto
@@ -512,6 +557,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
                     "single": SinglePartitionerConfig},
     "scheduler": {"sync": SyncSchedulerConfig, "onpolicy": OnPolicySchedulerConfig},
     "replay": {"uniform": UniformReplayConfig},
+    "actors": {"local": ActorsConfig},
     "tracking": {"mlflow": MlflowTrackingConfig, "none": NullTrackingConfig},
 }
 

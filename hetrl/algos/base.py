@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+from contextlib import contextmanager
+from typing import Any, ClassVar, Iterator, NamedTuple
 
 import numpy as np
 import torch
@@ -30,6 +31,7 @@ class Learner(nn.Module):
 
     action_space: ClassVar[ActionSpace]
     on_policy: ClassVar[bool] = False  # trains on its own fresh rollouts (scheduler=onpolicy)
+    policy_attr: ClassVar[str] = "actor"  # the attribute holding the network `act` runs
 
     @classmethod
     def supports(cls, space: ActionSpace) -> bool:
@@ -67,6 +69,21 @@ class Learner(nn.Module):
         """Actions for a batch of observations; `step` (env steps so far) asks for
         exploration, None for the deterministic policy."""
         raise NotImplementedError
+
+    def policy(self) -> nn.Module:
+        """The network `act` runs (what actors copy and quantize)."""
+        return getattr(self, self.policy_attr)
+
+    @contextmanager
+    def acting_with(self, module: nn.Module) -> Iterator[None]:
+        """`act` runs `module` (a quantized copy of `policy()`) instead, inside the block;
+        the learner's own network is back afterwards."""
+        own = self._modules[self.policy_attr]
+        self._modules[self.policy_attr] = module
+        try:
+            yield
+        finally:
+            self._modules[self.policy_attr] = own
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One gradient step; returns detached scalar tensors (no host sync here)."""

@@ -17,6 +17,7 @@ from hetrl.schema import ActionSpace
 
 class DQN(Learner):
     action_space = ActionSpace.discrete
+    policy_attr = "q"
 
     def __init__(
         self,

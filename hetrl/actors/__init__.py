@@ -1,0 +1,1 @@
+"""Actors: where policy copies act, and in which precision (hetrl.quant makes the copies)."""
