@@ -7,6 +7,7 @@ import signal
 import threading
 import traceback
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -141,7 +142,9 @@ def _train(
     training = Training(
         envs=envs, learner=learner, replay=replay, precision=precision,
         steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
-        report=report, checkpoint=save_checkpoint, stop=stop,
+        report=report, checkpoint=save_checkpoint, stop=stop, actors=instantiate(cfg.actors),
+        make_envs=partial(instantiate, OmegaConf.to_container(cfg.env, resolve=True)),
+        seed=cfg.seed,
     )
     try:
         results = instantiate(cfg.scheduler).run(training, state)

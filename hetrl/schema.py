@@ -492,6 +492,47 @@ class ActorsConfig:
 
 
 @dataclass
+class ActorPoolConfig(ActorsConfig):
+    """ActorQ's actors (scheduler=actorq): `n` of them, each pulling the policy every
+    `pull_every` of its env steps; the weights are quantized on the learner's side before
+    they are sent (q_c, a compressed message) or on the actor's side after (q)."""
+
+    _target_: str = MISSING
+    n: int = 2
+    pull_every: int = 1000  # actor env steps between pulls (QuaRL: 1000, 100, 30)
+    quantize_on: str = "learner"  # learner (q_c) | actor (q)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.n >= 1, "actors.n", self.n, "integers >= 1")
+        _require(self.pull_every >= 1, "actors.pull_every", self.pull_every, "integers >= 1")
+        _require(self.quantize_on in ("learner", "actor"), "actors.quantize_on",
+                 self.quantize_on, "'learner' (q_c) or 'actor' (q)")
+
+
+@dataclass
+class ProcessActorsConfig(ActorPoolConfig):
+    _target_: str = MISSING
+    start_method: str = "spawn"  # multiprocessing: spawn | forkserver | fork
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.start_method in ("spawn", "forkserver", "fork"), "actors.start_method",
+                 self.start_method, "'spawn', 'forkserver' or 'fork'")
+
+
+@dataclass
+class RayActorsConfig(ActorPoolConfig):
+    _target_: str = MISSING
+    address: Optional[str] = None  # null: start Ray here; "auto" or "ray://host:port": a cluster
+
+
+@dataclass
+class ActorQSchedulerConfig:
+    _target_: str = MISSING
+
+
+@dataclass
 class UniformReplayConfig:
     _target_: str = MISSING
     capacity: int = II("algo.buffer_size")
@@ -555,9 +596,10 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "precision": {"uniform": UniformPrecisionConfig, "mixed": HardwareAwarePrecisionConfig},
     "partitioner": {"ilp": IlpPartitionerConfig, "heft": HeftPartitionerConfig,
                     "single": SinglePartitionerConfig},
-    "scheduler": {"sync": SyncSchedulerConfig, "onpolicy": OnPolicySchedulerConfig},
+    "scheduler": {"sync": SyncSchedulerConfig, "onpolicy": OnPolicySchedulerConfig,
+                  "actorq": ActorQSchedulerConfig},
     "replay": {"uniform": UniformReplayConfig},
-    "actors": {"local": ActorsConfig},
+    "actors": {"local": ActorsConfig, "process": ProcessActorsConfig, "ray": RayActorsConfig},
     "tracking": {"mlflow": MlflowTrackingConfig, "none": NullTrackingConfig},
 }
 
@@ -579,6 +621,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     OmegaConf.to_object(cfg)  # builds each dataclass, which runs its __post_init__
     _check_algo_fits_env(cfg, choices)
     _check_algo_fits_scheduler(cfg, choices)
+    _check_actors_fit_scheduler(cfg, choices)
 
 
 def _check_algo_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
@@ -605,4 +648,22 @@ def _check_algo_fits_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> N
             f"algo={choices['algo']} is {kind} algorithm and cannot train with "
             f"scheduler={choices['scheduler']}: choose scheduler from "
             f"{schedulers_for(on_policy)} or algo from {algos_for_loop(not on_policy)}"
+        )
+
+
+def _check_actors_fit_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    from hetrl.actors.pool import ActorPool  # imports the learners: import late
+
+    from hetrl.options import group_options, option_class
+
+    def is_pool(option: str) -> bool:
+        return issubclass(option_class("actors", option), ActorPool)
+
+    wants_pool = getattr(get_class(cfg.scheduler._target_), "actor_pool", False)
+    if issubclass(get_class(cfg.actors._target_), ActorPool) != wants_pool:
+        fitting = [o for o in group_options("actors") if is_pool(o) == wants_pool]
+        raise ConfigError(
+            f"actors={choices['actors']} does not fit scheduler={choices['scheduler']}: "
+            f"choose actors from {fitting} (scheduler=actorq runs an actor pool, the other "
+            "schedulers act in the learner's process)"
         )

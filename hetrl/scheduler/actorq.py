@@ -1,0 +1,95 @@
+"""ActorQ (QuaRL §5): a full-precision learner here, quantized actors elsewhere.
+
+Each actor takes `pull_every` env steps with the policy message it pulled before them, then
+hands its transitions back and pulls again. The learner answers a finished actor at once with
+the newest message (published again only when the weights have changed; none when the actor
+holds them already, an unchanged model costs no pull), then stores the
+transitions and owes the updates the sync loop's schedule gives for that many env steps
+(`train_freq`, `gradient_steps`, `learning_starts`, counted across actors). So with one actor
+and `pull_every=1` it is the sync loop, one update behind; with more actors or longer pulls
+the actors act on weights up to one chunk stale, as in the paper.
+"""
+
+from __future__ import annotations
+
+from hetrl.actors.pool import ActorPool
+from hetrl.actors.weights import publish
+from hetrl.actors.worker import Chunk
+from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
+from hetrl.scheduler.state import LoopState, PhaseTimer
+
+
+class ActorQScheduler:
+    on_policy = False
+    actor_pool = True  # needs actors=process or actors=ray
+
+    def run(self, t: Training, state: LoopState) -> dict[str, float]:
+        pool: ActorPool = t.actors  # type: ignore[assignment]  # validate() ensures it
+        learner, replay = t.learner, t.replay
+        timer = PhaseTimer(state.phase_s)
+        autocast = t.precision.autocast(learner.device)
+        n_envs = t.envs.num_envs
+        learner_metrics: dict = {}
+        boundary = StepBoundary(t, state)
+        requested = state.step  # env steps asked of the actors so far
+        version, payload = -1, b""
+        pulled: dict[int, int] = {}  # rank -> the version it holds
+
+        def next_chunk(rank: int) -> None:
+            nonlocal requested, version, payload
+            steps = min(pool.pull_every, -(-(t.steps - requested) // n_envs))
+            if steps <= 0:
+                return
+            if version != learner.updates:
+                with timer("publish"):
+                    payload = publish(learner.policy(), pool.spec, pool.quantize_on)
+                version = learner.updates
+            pool.submit(rank, payload if pulled.get(rank) != version else None, steps,
+                        requested)
+            pulled[rank] = version
+            requested += steps * n_envs
+
+        try:
+            pool.start(learner, t.make_envs, t.seed)
+            for rank in range(pool.n):
+                next_chunk(rank)
+            while state.step < t.steps:
+                with timer("wait"):
+                    chunks = pool.results()
+                for chunk in chunks:
+                    next_chunk(chunk.rank)
+                    learner_metrics = self._learn(chunk, t, state, timer, autocast) \
+                        or learner_metrics
+                    boundary(int(chunk.stats["steps"]), state.obs, learner_metrics)
+        finally:
+            pool.close()
+        return loop_metrics(state, learner, learner_metrics)
+
+    @staticmethod
+    def _learn(chunk: Chunk, t: Training, state: LoopState, timer: PhaseTimer,
+               autocast) -> dict:
+        """Store a chunk's transitions step by step and run the updates they are owed."""
+        learner, replay = t.learner, t.replay
+        owed = 0
+        with timer("replay_add"):
+            for i in range(len(chunk.obs)):
+                replay.add(chunk.obs[i], chunk.actions[i], chunk.rewards[i], chunk.next_obs[i],
+                           chunk.terminated[i], chunk.truncated[i], stream=chunk.rank)
+                n_envs = len(chunk.obs[i])
+                state.step += n_envs
+                rollouts, state.pending = divmod(state.pending + n_envs, learner.train_freq)
+                if state.step > learner.learning_starts:
+                    owed += rollouts * learner.gradient_steps
+        state.record_episodes(chunk.returns)
+        totals = state.actors.setdefault(chunk.rank, {})
+        for name, value in chunk.stats.items():
+            totals[name] = totals.get(name, 0.0) + value
+        metrics: dict = {}
+        for _ in range(owed):
+            with timer("sample"):
+                batch = replay.sample(learner.batch_size)
+            with timer("update"), autocast:
+                metrics = learner.update(batch)
+            state.updates += 1
+        return metrics
+
