@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import gymnasium as gym
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from hetrl import checkpoint
@@ -29,7 +29,8 @@ from hetrl.schema import validate
 from hetrl.seeding import rng_states, seed_everything, set_rng_states
 from hetrl.tracking.base import Tracker
 from hetrl.tracking.plots import gantt, learning_curve
-from hetrl.tracking.reward_error import numerics_key, reward_error_pct
+from hetrl.tracking.reward_error import (fp32_actors_key, numerics_key, reward_error_pct,
+                                         time_to_reach)
 
 log = logging.getLogger("hetrl")
 
@@ -59,11 +60,14 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
                                                                     enum_to_str=True)))
             validate(cfg, choices)
             key = numerics_key(cfg)
-            tracker.set_tags({"numerics_key": key})
-            results = _train(cfg, choices, out_dir, tracker, saved, stop, name)
+            tracker.set_tags({"numerics_key": key, "fp32_actors_key": fp32_actors_key(cfg),
+                              "actors_precision": cfg.actors.precision})
+            results, state = _train(cfg, choices, out_dir, tracker, saved, stop, name)
             if choices["precision"] != "fp32" and "return_mean_100" in results:
                 results["reward_error_pct"] = _reward_error(cfg, choices, key, out_dir, tracker,
                                                             results["return_mean_100"])
+            if getattr(get_class(cfg.scheduler._target_), "actor_pool", False) and state.history:
+                results.update(_time_to_95pct(cfg, choices, out_dir, tracker, state))
     except KeyboardInterrupt:
         tracker.end("KILLED")
         raise
@@ -77,19 +81,45 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
 
 def _reward_error(cfg: DictConfig, choices: Mapping[str, str], key: str, out_dir: Path,
                   tracker: Tracker, value: float) -> float:
-    """Against the fp32 run with the same numerics (`key`): found in the tracker, or trained
-    now."""
-    reference = tracker.find_metric({"numerics_key": key, "precision": "fp32"}, "return_mean_100")
-    if reference is None:
-        log.info("no fp32 run with the same numerics yet: training it for reward_error_pct")
-        twin = OmegaConf.merge(cfg, {"precision": None})
-        twin.precision = option_node("precision", "fp32")
-        (out_dir / "fp32_reference").mkdir(exist_ok=True)
-        reference = run(twin, {**choices, "precision": "fp32"},
-                        out_dir / "fp32_reference")["return_mean_100"]
+    """Against the fp32 run with the same numerics (`key`)."""
+    twin = OmegaConf.merge(cfg, {"precision": None})
+    twin.precision = option_node("precision", "fp32")
+    reference = _fp32_twin_return(tracker, {"numerics_key": key, "precision": "fp32"}, twin,
+                                  {**choices, "precision": "fp32"}, out_dir / "fp32_reference")
     error = reward_error_pct(value, reference)
     tracker.log_metrics({"reward_error_pct": error, "reward_fp32": reference}, step=cfg.steps)
     return error
+
+
+def _time_to_95pct(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
+                   tracker: Tracker, state: LoopState) -> dict[str, float]:
+    """ActorQ's Table 4 metric: the loop's wall time until return_mean_100 first reached 95%
+    of the final value of the run with fp32 actors (this run's own, if its actors are fp32)."""
+    reference = state.history[-1][1]
+    if cfg.actors.precision != "fp32":
+        reference = _fp32_twin_return(
+            tracker, {"fp32_actors_key": fp32_actors_key(cfg), "actors_precision": "fp32",
+                      "precision": choices["precision"]},
+            OmegaConf.merge(cfg, {"actors": {"precision": "fp32"}}), choices,
+            out_dir / "fp32_actors_reference")
+    metrics = {"reward_fp32_actors": reference}
+    seconds = time_to_reach(state.history, state.history_s, reference, 0.95)
+    if seconds is not None:
+        metrics["time_to_95pct_s"] = seconds
+    tracker.log_metrics(metrics, step=cfg.steps)
+    return metrics
+
+
+def _fp32_twin_return(tracker: Tracker, tags: Mapping[str, str], twin: DictConfig,
+                      twin_choices: Mapping[str, str], twin_dir: Path) -> float:
+    """The final return_mean_100 of the finished run with these tags, or of `twin`, trained
+    now when there is none yet."""
+    reference = tracker.find_metric(tags, "return_mean_100")
+    if reference is None:
+        log.info("no fp32 twin %s yet: training it", dict(tags))
+        twin_dir.mkdir(exist_ok=True)
+        reference = run(twin, twin_choices, twin_dir)["return_mean_100"]
+    return reference
 
 
 def _train(
@@ -100,7 +130,7 @@ def _train(
     saved: dict[str, Any] | None,
     stop: threading.Event,
     name: str,
-) -> dict[str, float]:
+) -> tuple[dict[str, float], LoopState]:
     platform = instantiate(cfg.platform)
     if saved is None:
         tracker.log_params({f"host.{k}": v for k, v in platform.describe().items()})
@@ -156,7 +186,7 @@ def _train(
     tracker.log_artifact(save_checkpoint(state))
     if step_plan is not None:
         results.update(step_plan.metrics(learner.batch_size))
-    return results
+    return results, state
 
 
 def _log_plan(tracker: Tracker, step_plan: StepPlan, batch_size: int, out_dir: Path,

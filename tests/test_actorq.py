@@ -25,6 +25,7 @@ from hetrl.actors.weights import QuantizeOn, publish
 from hetrl.actors.worker import ActorWorker, cpu_copy
 from hetrl.envs import make_vector_env
 from hetrl.quant import QuantSpec, quantize_policy
+from hetrl.tracking.reward_error import fp32_actors_key, time_to_reach
 
 LEARNS = ("algo=dqn", "env=cartpole", "steps=10000", "algo.learning_starts=500",
           "algo.exploration_fraction=0.2", "algo.hidden=[64,64]", "log_every=2000")
@@ -43,7 +44,7 @@ def test_one_fp32_actor_pulling_every_step_learns_like_the_sync_loop(tmp_path):
     assert 0.7 < actorq["return_mean_100"] / sync["return_mean_100"] < 1.3
     assert multiprocessing.active_children() == []  # the actor stopped with its job
     assert {"actor/step_s", "actor/pull_s", "actor/deserialize_s", "actor/load_state_dict_s",
-            "actor/comm_bytes", "actor/0/step_s", "sps", "eps_host"} <= set(actorq)
+            "actor/comm_bytes", "actor/0/step_s", "sps", "eps_host", "time_to_95pct_s"} <= set(actorq)
 
 
 def _learner_and_envs():
@@ -155,3 +156,14 @@ def test_ray_actors_train_a_tiny_job(tmp_path):
     history = metric_history(tmp_path, result["run_id"], "actor/0/steps")
     assert history[-1][1] == 300
     assert np.isfinite(result["actor/load_state_dict_s"])
+
+
+def test_time_to_95pct_is_read_off_the_curve_against_the_fp32_actors_twin():
+    curve, seconds = [(100, 10.0), (200, 96.0), (300, 80.0)], [1.0, 2.0, 3.0]
+    assert time_to_reach(curve, seconds, 100.0, 0.95) == 2.0
+    assert time_to_reach(curve, seconds, 200.0, 0.95) is None
+    assert time_to_reach([(1, -200.0), (2, -104.0)], [1.0, 2.0], -100.0, 0.95) == 2.0
+    int8, _ = compose_job("scheduler=actorq", "actors.precision=int8", "actors.quantize_on=actor")
+    fp32, _ = compose_job("scheduler=actorq", "actors.precision=fp32")
+    other, _ = compose_job("scheduler=actorq", "actors.precision=fp32", "actors.pull_every=30")
+    assert fp32_actors_key(int8) == fp32_actors_key(fp32) != fp32_actors_key(other)

@@ -9,7 +9,9 @@ from helpers import compose_job, hetrl_cli, tracking_uri
 from hydra.errors import ConfigCompositionException, InstantiationException
 from hydra.utils import get_class, instantiate
 
-from hetrl.options import GROUPS, algos_for, algos_for_loop, group_options, option_config
+from hetrl.actors.pool import ActorPool
+from hetrl.options import (GROUPS, algos_for, algos_for_loop, group_options, option_class,
+                           option_config)
 from hetrl.schema import ActionSpace, ConfigError, validate
 
 ALL_OPTIONS = [(group, option) for group in GROUPS for option in group_options(group)]
@@ -24,6 +26,13 @@ def _fitting_algo_for_scheduler(scheduler_option: str) -> str:
     return algos_for_loop(getattr(target, "on_policy", False))[0]
 
 
+def _fitting_scheduler_for_actors(actors_option: str) -> str:
+    pool = issubclass(option_class("actors", actors_option), ActorPool)
+    return next(name for name in group_options("scheduler")  # an off-policy one, for dqn
+                if getattr(option_class("scheduler", name), "actor_pool", False) == pool
+                and not getattr(option_class("scheduler", name), "on_policy", False))
+
+
 def test_the_conf_tree_has_every_group():
     assert all(group_options(group) for group in GROUPS)
 
@@ -35,6 +44,8 @@ def test_every_option_composes_validates_and_builds(group, option, tmp_path):
         overrides.append(f"algo={_fitting_algo(option)}")
     if group == "scheduler":
         overrides.append(f"algo={_fitting_algo_for_scheduler(option)}")
+    if group == "actors":
+        overrides.append(f"scheduler={_fitting_scheduler_for_actors(option)}")
     cfg, choices = compose_job(*overrides)
     assert choices[group] == option
     validate(cfg, choices)
