@@ -15,16 +15,13 @@ Every hetrl figure printed here is MODELED by the analytical platform model
 - (a) Table IV: DQN-CartPole at batch 64 (the paper gives none; D.1 #18), "FP32" is the ILP
   plan under precision=fp32, "mixed" under precision=mixed. "no sync" is the mixed ratio with
   the master-weight sync cost set to 0 (the T6 consistency check).
-- (b) the six Table III workloads at batch 1024. DQN, DDPG and A2C are hetrl's learners,
-  composed with Hydra. Breakout is DQN's step graph on the Nature CNN (no Atari learner).
-  PPO-MsPacman is a STAND-IN: PPO's step graph (`policy_gradient_step_graph`: actor and
-  critic forward, one loss, both backward and updated) on a Nature-CNN actor (9 logits) and
-  a Nature-CNN critic (1 value); hetrl's PPO learner has MLPs only.
-  Baselines: `aie_only` and `pl_only` as versal.yaml declares them, and a FIXAR-like one
-  (paper: CPU-FPGA fixed point at 164 MHz): every node on the PL clocked 164/245 as fast
-  (`ModeledPlatform.clocked`), 16-bit operands costed as fp16-sized bytes, no master-weight
-  sync (fixed-point training keeps no float master copy). It lives here, not in versal.yaml,
-  so that no partitioner can place nodes on it.
+- (b) the six Table III workloads at batch 1024, each the step graph of the hetrl learner a
+  job builds (composed with Hydra; Breakout and MsPacman on the Nature CNN). hetrl's PPO has
+  separate actor and critic CNNs where the paper's count suggests a shared trunk.
+  Baselines as versal.yaml declares them: `aie_only`, `pl_only` and `fixar` (paper: CPU-FPGA
+  fixed point at 164 MHz): every node on the PL clocked 164/245 as fast, 16-bit operands
+  costed as fp16-sized bytes, no master-weight sync (fixed-point training keeps no float
+  master copy).
 - (c) DDPG-LunarCont at batch 256 / 512 / 1024: the FLOP share of MM nodes on the AIE.
 """
 
@@ -36,25 +33,18 @@ from functools import cache
 
 import numpy as np
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
-from omegaconf import DictConfig, open_dict
 
-from hetrl import CONF_DIR, schema
+from hetrl import schema
 from hetrl.algos.base import Learner
-from hetrl.algos.networks import nature_cnn
+from hetrl.options import compose_job
 from hetrl.partition.costs import Plan
 from hetrl.partition.flops import PAPER_KINDS, per_sample_flops
 from hetrl.partition.graph import Kind, TaskGraph
 from hetrl.partition.ilp import IlpPartitioner
 from hetrl.partition.planning import StepPlan, plan_step
-from hetrl.partition.single import SinglePartitioner
-from hetrl.partition.steps import dqn_step_graph, policy_gradient_step_graph
 from hetrl.platform.model import ModeledPlatform
 
-ATARI_OBS = (4, 84, 84)
-FIXAR_CLOCK = 164e6 / 245e6  # [P] FIXAR's PL clock over AP-DRL's
 TABLE_IV = {(64, 64): (0.21, 0.27, 0.78), (400, 300): (32.55, 28.81, 1.13),
             (4096, 3072): (2175.12, 729.91, 2.98)}  # [P] FP32 ms, BF16 ms, speedup
 TABLE_IV_BATCH = 64  # [S] D.1 #18
@@ -65,22 +55,17 @@ GraphAt = Callable[[int], TaskGraph]
 """A workload's training-step graph at a batch size."""
 
 
-def compose_job(*overrides: str) -> DictConfig:
+def job_config(*overrides: str):
     """The job config `python -m hetrl <overrides>` would get (device=cpu: nothing runs)."""
     schema.register()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=["device=cpu", *overrides])
-    with open_dict(cfg):
-        cfg.pop("hydra", None)
-    return cfg
+    return compose_job("device=cpu", *overrides)[0]
 
 
 def learner_graph(*overrides: str) -> GraphAt:
     """The step graph of the learner these overrides build (on first use)."""
     @cache
     def learner() -> Learner:
-        cfg = compose_job(*overrides)
+        cfg = job_config(*overrides)
         envs = instantiate(cfg.env)
         built = instantiate(cfg.algo, obs_space=envs.single_observation_space,
                             act_space=envs.single_action_space, device=torch.device("cpu"))
@@ -93,12 +78,6 @@ def learner_graph(*overrides: str) -> GraphAt:
 def cartpole_dqn(hidden: tuple[int, int]) -> GraphAt:
     """DQN-CartPole with these hidden sizes (Table III's and Table IV's network)."""
     return learner_graph("algo=dqn", "env=cartpole", f"algo.hidden=[{hidden[0]},{hidden[1]}]")
-
-
-def on_policy_graph(actor: torch.nn.Module, critic: torch.nn.Module,
-                    obs_shape: tuple[int, ...]) -> GraphAt:
-    """A PPO/A2C minibatch step on these networks, for a workload no learner config builds."""
-    return lambda batch: policy_gradient_step_graph(batch, obs_shape, actor, critic)
 
 
 @dataclass(frozen=True)
@@ -118,10 +97,8 @@ def table_iii() -> list[Workload]:
             "algo=ddpg", "env=mountaincar_continuous", "algo.hidden=[400,300]")),
         Workload("DDPG-LunarCont", 2.25e6, learner_graph(
             "algo=ddpg", "env=lunarlander_continuous", "algo.hidden=[400,300]")),
-        Workload("DQN-Breakout", 68.17e6, lambda batch: dqn_step_graph(
-            nature_cnn(4), nature_cnn(4), batch, ATARI_OBS)),
-        Workload("PPO-MsPacman (stand-in)", 106.23e6, on_policy_graph(
-            nature_cnn(9), nature_cnn(1), ATARI_OBS)),
+        Workload("DQN-Breakout", 68.17e6, learner_graph("algo=dqn", "env=breakout")),
+        Workload("PPO-MsPacman", 106.23e6, learner_graph("algo=ppo", "env=mspacman")),
     ]
 
 
@@ -140,10 +117,10 @@ class Versal:
     """The modeled `versal` platform with the ILP partitioner and both precision policies."""
 
     def __init__(self) -> None:
-        cfg = compose_job("platform=versal", "precision=mixed", "partitioner=ilp")
+        cfg = job_config("platform=versal", "precision=mixed", "partitioner=ilp")
         self.platform: ModeledPlatform = instantiate(cfg.platform)
         self.mixed = instantiate(cfg.precision)
-        self.fp32 = instantiate(compose_job("precision=fp32").precision)
+        self.fp32 = instantiate(job_config("precision=fp32").precision)
         self.ilp: IlpPartitioner = instantiate(cfg.partitioner)
 
     def plan(self, graph_at: GraphAt, batch: int, precision) -> StepPlan:
@@ -155,12 +132,6 @@ class Versal:
         costs = self.platform.cost_table(graph, self.mixed.dtype_chooser(self.platform),
                                          master_weight_sync=False)
         return self.ilp.partition(costs)
-
-    def fixar(self, graph: TaskGraph) -> Plan:
-        """The FIXAR-like baseline: everything on a 164 MHz PL, 16-bit bytes, no master copy."""
-        costs = self.platform.clocked("pl", FIXAR_CLOCK).cost_table(
-            graph, lambda node, device: "float16", master_weight_sync=False)
-        return SinglePartitioner("pl").partition(costs)
 
 
 def flop_share(step: StepPlan, device: str, kinds: Sequence[Kind] = (Kind.matmul,)) -> float:
@@ -206,12 +177,11 @@ def print_speedups(versal: Versal, workloads: Sequence[Workload]) -> None:
     for workload in workloads:
         step = versal.plan(workload.graph_at, SPEEDUP_BATCH, versal.mixed)
         metrics = step.metrics(SPEEDUP_BATCH)
-        fixar = versal.fixar(step.graph).makespan / step.plan.makespan
         flops = per_sample_flops(step.graph, SPEEDUP_BATCH, PAPER_KINDS)
         vs_pl.append(metrics["speedup_vs_pl_only"])
         print(f"| {workload.name} | {flops:.4g} | {workload.paper_flops:.4g} "
               f"| {ms(step.plan.makespan)} | {metrics['speedup_vs_aie_only']:.2f} "
-              f"| {vs_pl[-1]:.2f} | {fixar:.2f} |")
+              f"| {vs_pl[-1]:.2f} | {metrics['speedup_vs_fixar']:.2f} |")
     print("| paper (emulation) | | 2.31K-106.23M | | 1.61-3.82 | | 0.98-4.17 (vs FIXAR) |")
     paper = [workload.paper_flops for workload in workloads]
     print("\nSpearman(paper train FLOPs, modeled speedup vs PL-only) = "

@@ -18,8 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 from hetrl import checkpoint
 from hetrl.algos.base import Learner
 from hetrl.envs.state import env_state, load_env_state
+from hetrl.evaluation import ptq_reward_error
 from hetrl.options import GROUPS, option_node
-from hetrl.partition.planning import StepPlan, plan_step
+from hetrl.partition.planning import StepPlan, plan_measured_step, plan_step
 from hetrl.platform.model import ModeledPlatform
 from hetrl.progress import TrainingProgress
 from hetrl.replay.uniform import UniformReplay
@@ -139,13 +140,16 @@ def _train(
     spaces = {"obs_space": envs.single_observation_space, "act_space": envs.single_action_space}
     learner = instantiate(cfg.algo, **spaces, device=platform.device)
     precision = instantiate(cfg.precision)
-    step_plan = None
+    step_plan = modeled = None
     if isinstance(platform, ModeledPlatform):
-        step_plan = plan_step(learner, platform, precision, instantiate(cfg.partitioner))
-        if saved is None:
-            _log_plan(tracker, step_plan, learner.batch_size, out_dir, name)
-    precision.apply(learner, step_plan and step_plan.graph, step_plan and step_plan.plan, platform)
+        step_plan = modeled = plan_step(learner, platform, precision, instantiate(cfg.partitioner))
+    elif platform.measure_layers:
+        step_plan = plan_measured_step(learner, platform, instantiate(cfg.partitioner), **spaces)
+    if step_plan is not None and saved is None:
+        _log_plan(tracker, step_plan, learner.batch_size, out_dir, name)
+    precision.apply(learner, modeled and modeled.graph, modeled and modeled.plan, platform)
     replay = instantiate(cfg.replay, **spaces, device=platform.device)
+    actors = instantiate(cfg.actors)
     state = LoopState()
     if saved is None:
         state.obs, _ = envs.reset(seed=cfg.seed)
@@ -172,7 +176,7 @@ def _train(
     training = Training(
         envs=envs, learner=learner, replay=replay, precision=precision,
         steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
-        report=report, checkpoint=save_checkpoint, stop=stop, actors=instantiate(cfg.actors),
+        report=report, checkpoint=save_checkpoint, stop=stop, actors=actors,
         make_envs=partial(instantiate, OmegaConf.to_container(cfg.env, resolve=True)),
         seed=cfg.seed,
     )
@@ -181,6 +185,11 @@ def _train(
     finally:
         progress.close()
         envs.close()
+    if actors.spec.quantized:
+        ptq = ptq_reward_error(learner, actors.spec, lambda: instantiate(cfg.env, n_envs=1),
+                               actors.eval_episodes, cfg.seed)
+        tracker.log_metrics(ptq, step=state.step)
+        results.update(ptq)
     tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
     tracker.log_artifact(learning_curve(state.history, out_dir / "learning_curve.png", name))
     tracker.log_artifact(save_checkpoint(state))
@@ -191,10 +200,13 @@ def _train(
 
 def _log_plan(tracker: Tracker, step_plan: StepPlan, batch_size: int, out_dir: Path,
               name: str) -> None:
-    """The modeled plan: its figures as metrics, the plan as JSON, its schedule as a Gantt."""
+    """The plan: its figures as metrics, the plan (with each node's cost per device) as JSON,
+    and, where there is more than one device, its schedule as a Gantt."""
     tracker.log_metrics(step_plan.metrics(batch_size), step=0)
     tracker.log_text(step_plan.to_json(), "plan.json")
-    tracker.log_artifact(gantt(step_plan.plan, step_plan.graph, out_dir / "plan_gantt.png", name))
+    if len(step_plan.plan.devices) > 1:
+        tracker.log_artifact(gantt(step_plan.plan, step_plan.graph, out_dir / "plan_gantt.png",
+                                   name))
 
 
 def _restore(

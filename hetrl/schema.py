@@ -81,17 +81,28 @@ class EnvConfig:
     id: str = MISSING
     action_space: ActionSpace = MISSING
     n_envs: int = 1
-    vectorization: str = "sync"  # sync | async (gymnasium's vectorization modes)
+    # gymnasium's vectorization modes: sync | async | vector_entry_point (the env's own
+    # batched implementation, e.g. ale-py's AtariVectorEnv)
+    vectorization: str = "sync"
+    clip_rewards: bool = False  # the learner sees sign-clipped rewards; returns stay the score
     flatten_observation: bool = False  # Dict observations (DM Control) -> one flat Box
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _require(self.n_envs >= 1, "env.n_envs", self.n_envs, "integers >= 1")
-        _require(self.vectorization in ("sync", "async"), "env.vectorization",
-                 self.vectorization, "'sync' or 'async'")
+        modes = ("sync", "async", "vector_entry_point")
+        _require(self.vectorization in modes, "env.vectorization", self.vectorization,
+                 ", ".join(repr(m) for m in modes))
 
 
 # ---- algo ------------------------------------------------------------------------------
+
+
+def _check_widths(hidden: list[int], policy_hidden: Optional[list[int]]) -> None:
+    for key, widths in (("algo.hidden", hidden), ("algo.policy_hidden", policy_hidden)):
+        if widths is not None:
+            _require(len(widths) > 0 and all(h >= 1 for h in widths), key, list(widths),
+                     "a non-empty list of widths >= 1" + (" or null" if "policy" in key else ""))
 
 
 @dataclass
@@ -101,6 +112,9 @@ class AlgoConfig:
     _target_: str = MISSING
     batch_size: int = 256
     hidden: list[int] = field(default_factory=lambda: [256, 256])
+    # the policy network's widths (DQN: the Q-network), when they differ from `hidden`
+    # (QuaRL's ActorQ: policy [2048, 2048, 2048], critic [512, 512, 512]); null: `hidden`
+    policy_hidden: Optional[list[int]] = None
     lr: float = 1e-3
     gamma: float = 0.99
     buffer_size: int = 1_000_000
@@ -110,10 +124,7 @@ class AlgoConfig:
 
     def __post_init__(self) -> None:
         _require(self.batch_size >= 1, "algo.batch_size", self.batch_size, "integers >= 1")
-        _require(
-            len(self.hidden) > 0 and all(h >= 1 for h in self.hidden),
-            "algo.hidden", list(self.hidden), "a non-empty list of widths >= 1",
-        )
+        _check_widths(self.hidden, self.policy_hidden)
         _require(self.lr > 0, "algo.lr", self.lr, "floats > 0")
         _require(0 <= self.gamma <= 1, "algo.gamma", self.gamma, "floats in [0, 1]")
         _require(
@@ -175,7 +186,6 @@ class TD3Config(DDPGConfig):
 @dataclass
 class D4PGConfig(DDPGConfig):
     _target_: str = MISSING
-    critic_hidden: list[int] = field(default_factory=lambda: [512, 512, 256])
     v_min: float = -150.0
     v_max: float = 150.0
     atoms: int = 51
@@ -183,10 +193,6 @@ class D4PGConfig(DDPGConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _require(
-            len(self.critic_hidden) > 0 and all(h >= 1 for h in self.critic_hidden),
-            "algo.critic_hidden", list(self.critic_hidden), "a non-empty list of widths >= 1",
-        )
         _require(self.v_max > self.v_min, "algo.v_max", self.v_max,
                  f"floats > algo.v_min ({self.v_min})")
         _require(self.atoms >= 2, "algo.atoms", self.atoms, "integers >= 2")
@@ -201,6 +207,7 @@ class A2CConfig:
 
     _target_: str = MISSING
     hidden: list[int] = field(default_factory=lambda: [64, 64])
+    policy_hidden: Optional[list[int]] = None  # as AlgoConfig's
     lr: float = 7e-4
     gamma: float = 0.99
     n_steps: int = 5  # per env
@@ -212,10 +219,7 @@ class A2CConfig:
     n_envs: int = II("env.n_envs")
 
     def __post_init__(self) -> None:
-        _require(
-            len(self.hidden) > 0 and all(h >= 1 for h in self.hidden),
-            "algo.hidden", list(self.hidden), "a non-empty list of widths >= 1",
-        )
+        _check_widths(self.hidden, self.policy_hidden)
         _require(self.lr > 0, "algo.lr", self.lr, "floats > 0")
         _require(0 <= self.gamma <= 1, "algo.gamma", self.gamma, "floats in [0, 1]")
         _require(self.n_steps >= 1, "algo.n_steps", self.n_steps, "integers >= 1")
@@ -260,6 +264,7 @@ class HostPlatformConfig:
     _target_: str = MISSING
     device: Device = II("device")
     threads: Optional[int] = None  # torch intra-op threads; null keeps torch's default
+    measure_layers: bool = True  # time each node of the step on each device before training
 
     def __post_init__(self) -> None:
         _require(self.threads is None or self.threads >= 1, "platform.threads", self.threads,
@@ -310,8 +315,14 @@ class LinkSpec:
 
 @dataclass
 class BaselineSpec:
+    """A plan to compare with: every node on `device` (nodes it cannot run fall back to their
+    fastest device) in `dtype`, the device clocked at `clock` times its modeled rate (a
+    slower fabric, e.g. FIXAR's PL at 164 of 245 MHz), with or without fp32 master weights."""
+
     device: str = MISSING
     dtype: DType = DType.float32
+    clock: float = 1.0
+    master_weight_sync: bool = True
 
 
 @dataclass
@@ -355,6 +366,7 @@ class ModeledPlatformConfig:
             rates = sorted(d.value for d in self.devices[baseline.device].rates)
             _require(baseline.dtype in self.devices[baseline.device].rates, f"{key}.dtype",
                      baseline.dtype.value, f"dtypes {baseline.device} has a rate for ({rates})")
+            _require(baseline.clock > 0, f"{key}.clock", baseline.clock, "floats > 0")
         unreachable = sorted(set(names) - _reachable(self.host, pairs))
         _require(not unreachable, "platform.links", f"no route to {unreachable}",
                  f"links that connect every device to the host {self.host!r}")
@@ -433,6 +445,21 @@ class HardwareAwarePrecisionConfig:
     def __post_init__(self) -> None:
         _require(len(self.prefer) > 0, "precision.prefer", list(self.prefer),
                  "a non-empty list of dtypes")
+
+
+@dataclass
+class QATPrecisionConfig:
+    """QuaRL's quantization-aware training (hetrl.precision.qat)."""
+
+    _target_: str = MISSING
+    bits: int = 8
+    quant_delay: int = 1000  # learner updates before fake quantization starts
+    per_channel: bool = True  # one δ per output channel of a convolution weight
+
+    def __post_init__(self) -> None:
+        _require(2 <= self.bits <= 16, "precision.bits", self.bits, "integers in [2, 16]")
+        _require(self.quant_delay >= 0, "precision.quant_delay", self.quant_delay,
+                 "integers >= 0 (learner updates)")
 
 
 @dataclass
@@ -593,7 +620,8 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "algo": {"dqn": DQNConfig, "ddpg": DDPGConfig, "td3": TD3Config, "d4pg": D4PGConfig,
              "a2c": A2CConfig, "ppo": PPOConfig},
     "platform": {"host": HostPlatformConfig, "modeled": ModeledPlatformConfig},
-    "precision": {"uniform": UniformPrecisionConfig, "mixed": HardwareAwarePrecisionConfig},
+    "precision": {"uniform": UniformPrecisionConfig, "mixed": HardwareAwarePrecisionConfig,
+                  "qat": QATPrecisionConfig},
     "partitioner": {"ilp": IlpPartitionerConfig, "heft": HeftPartitionerConfig,
                     "single": SinglePartitionerConfig},
     "scheduler": {"sync": SyncSchedulerConfig, "onpolicy": OnPolicySchedulerConfig,

@@ -60,13 +60,14 @@ def table_iv_step_s(hidden: tuple[int, int], precision: str) -> float:
 def test_t2_the_ilp_is_no_worse_than_any_feasible_single_device_plan(workload, batch):
     step = planned(workload, batch)
     costs, plan = step.costs, step.plan
-    assert plan.status == "Optimal"
-    assert plan.objective == pytest.approx(objective(costs, plan.assignment), rel=1e-6)
+    assert plan.status.startswith("Optimal")
+    assert plan.objective <= objective(costs, plan.assignment) * (1 + 1e-6)
     singles = [SinglePartitioner(device).partition(costs) for device in costs.devices]
     feasible = [single for single in singles if single.status == "ok"]
     assert feasible, "no single-device plan fits: the comparison would be empty"
     for single in feasible:  # same cost table: same cost model and precision policy
         assert plan.objective <= objective(costs, single.assignment) * (1 + 1e-6), single.method
+        assert plan.makespan <= single.makespan * (1 + 1e-9), single.method  # realized, too
     assert plan.makespan >= plan.objective * (1 - 1e-9)  # the realized schedule ≥ the bound
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import gymnasium as gym
 import pytest
 import torch
@@ -132,7 +133,7 @@ def test_incompatible_algo_and_env_name_both_and_the_choices():
         validate(cfg, choices)
     message = str(err.value)
     assert "algo=dqn" in message and "env=pendulum" in message
-    assert "['cartpole']" in message and "['a2c', 'ddpg', 'ppo', 'td3']" in message
+    assert "['breakout', 'cartpole', 'mspacman']" in message and "['a2c', 'ddpg', 'ppo', 'td3']" in message
 
 
 def test_declared_action_space_is_checked_against_the_real_env():
@@ -160,4 +161,7 @@ def test_help_lists_groups_and_options(tmp_path):
 
 def test_gymnasium_envs_are_real():
     for option in group_options("env"):
-        assert option_config("env", option).id in gym.registry
+        module, _, env_id = option_config("env", option).id.rpartition(":")
+        if module:  # "ale_py:ALE/Breakout-v5": the module registers the env
+            importlib.import_module(module)
+        assert env_id in gym.registry

@@ -17,8 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from hetrl.algos.base import Learner
-from hetrl.algos.networks import StochasticPolicy, flat_dim, mlp
-from hetrl.partition.builder import mlp_input_shape
+from hetrl.algos.networks import StochasticPolicy, network
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.steps import policy_gradient_step_graph
 from hetrl.replay.rollout import RolloutBatch
@@ -44,18 +43,19 @@ class A2C(Learner):
         hidden: list[int],
         lr: float,
         gamma: float,
+        policy_hidden: list[int] | None = None,
     ) -> None:
         rollout = n_steps * n_envs
         super().__init__(device=device, batch_size=rollout, buffer_size=rollout,
                          learning_starts=0, train_freq=rollout, gradient_steps=1,
-                         hidden=hidden, lr=lr, gamma=gamma)
+                         hidden=hidden, lr=lr, gamma=gamma, policy_hidden=policy_hidden)
         self.n_steps, self.n_epochs = n_steps, 1
         self.gae_lambda, self.ent_coef, self.vf_coef = gae_lambda, ent_coef, vf_coef
         self.max_grad_norm = max_grad_norm
         self.normalize_advantage = normalize_advantage
-        obs_dim = flat_dim(obs_space)
-        self.actor = StochasticPolicy(obs_dim, self.hidden, act_space).to(self.device)
-        self.critic = mlp([obs_dim, *self.hidden, 1], activation=torch.nn.Tanh).to(self.device)
+        self.obs_shape = tuple(obs_space.shape)
+        self.actor = StochasticPolicy(obs_space, self.policy_hidden, act_space).to(self.device)
+        self.critic = network(obs_space, self.hidden, 1, activation=torch.nn.Tanh).to(self.device)
         self.optimizer = self.make_optimizer([*self.actor.parameters(), *self.critic.parameters()])
         box = isinstance(act_space, gym.spaces.Box)
         self.low, self.high = (act_space.low, act_space.high) if box else (None, None)
@@ -92,7 +92,7 @@ class A2C(Learner):
 
     def task_graph(self, batch_size: int) -> TaskGraph:
         """One `update` as a task graph."""
-        return policy_gradient_step_graph(batch_size, mlp_input_shape(self.actor), self.actor,
+        return policy_gradient_step_graph(batch_size, self.obs_shape, self.actor,
                                           self.critic)
 
     def update(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:

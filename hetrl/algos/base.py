@@ -50,6 +50,7 @@ class Learner(nn.Module):
         hidden: list[int],
         lr: float,
         gamma: float,
+        policy_hidden: list[int] | None = None,
     ) -> None:
         super().__init__()
         self.device = device
@@ -59,6 +60,7 @@ class Learner(nn.Module):
         self.train_freq = train_freq
         self.gradient_steps = gradient_steps
         self.hidden = list(hidden)
+        self.policy_hidden = list(policy_hidden or hidden)  # the network `act` runs
         self.lr = lr
         self.gamma = gamma
         self.updates = 0
@@ -114,7 +116,10 @@ class Learner(nn.Module):
         """Called with a mask of the envs whose episode just ended (noise processes reset)."""
 
     def obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        """Observations on the learner's device: float32, or uint8 frames as they are (the
+        network scales them)."""
+        obs = torch.as_tensor(obs, device=self.device)
+        return obs if obs.dtype == torch.uint8 else obs.float()
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """The learner's optimizers, by attribute name."""

@@ -41,7 +41,6 @@ class D4PG(DDPG):
         obs_space: gym.Space,
         act_space: gym.spaces.Box,
         *,
-        critic_hidden: list[int],
         v_min: float,
         v_max: float,
         atoms: int,
@@ -51,7 +50,7 @@ class D4PG(DDPG):
         super().__init__(obs_space, act_space, **ddpg)
         self.n_step = n_step  # the replay's; kept for the record (targets use batch.discounts)
         self.critic = DistributionalCritic(flat_dim(obs_space), flat_dim(act_space),
-                                           list(critic_hidden), atoms).to(self.device)
+                                           self.hidden, atoms).to(self.device)
         self.critic_target = frozen_copy(self.critic)
         self.critic_optimizer = adam(self.critic.parameters(), self.lr)
         self.register_buffer("support", torch.linspace(v_min, v_max, atoms, device=self.device))

@@ -32,7 +32,7 @@ class DDPG(Learner):
         super().__init__(**common)
         self.tau = tau
         obs_dim, act_dim = flat_dim(obs_space), flat_dim(act_space)
-        self.actor = Actor(obs_dim, self.hidden, act_space).to(self.device)
+        self.actor = Actor(obs_dim, self.policy_hidden, act_space).to(self.device)
         self.critic = QCritic(obs_dim, act_dim, self.hidden).to(self.device)
         self.actor_target = frozen_copy(self.actor)
         self.critic_target = frozen_copy(self.critic)

@@ -8,8 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from hetrl.algos.base import Batch, Learner
-from hetrl.algos.networks import adam, flat_dim, frozen_copy, mlp
-from hetrl.partition.builder import mlp_input_shape
+from hetrl.algos.networks import adam, frozen_copy, network
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.steps import dqn_step_graph
 from hetrl.schema import ActionSpace
@@ -40,7 +39,8 @@ class DQN(Learner):
         self.exploration_steps = max(1, int(exploration_fraction * total_steps))
         self.max_grad_norm = max_grad_norm
         self.n_actions = int(act_space.n)
-        self.q = mlp([flat_dim(obs_space), *self.hidden, self.n_actions]).to(self.device)
+        self.obs_shape = tuple(obs_space.shape)
+        self.q = network(obs_space, self.policy_hidden, self.n_actions).to(self.device)
         self.q_target = frozen_copy(self.q)
         self.optimizer = adam(self.q.parameters(), self.lr)
 
@@ -49,10 +49,10 @@ class DQN(Learner):
         fraction = min(1.0, step / self.exploration_steps)
         return self.eps_start + fraction * (self.eps_end - self.eps_start)
 
-    def task_graph(self, batch_size: int, obs_shape: tuple[int, ...] | None = None) -> TaskGraph:
-        """One `update` as a task graph; `obs_shape` is needed only for a convolutional Q."""
-        return dqn_step_graph(self.q, self.q_target, batch_size,
-                              obs_shape or mlp_input_shape(self.q), double_dqn=self.double_dqn)
+    def task_graph(self, batch_size: int) -> TaskGraph:
+        """One `update` as a task graph."""
+        return dqn_step_graph(self.q, self.q_target, batch_size, self.obs_shape,
+                              double_dqn=self.double_dqn)
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray, step: int | None) -> np.ndarray:

@@ -7,8 +7,14 @@ import copy
 from typing import Iterable
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
+
+
+ACTORQ_POLICY_HIDDEN = [2048, 2048, 2048]
+"""QuaRL's ActorQ policy network (A.3): `algo.policy_hidden=[2048,2048,2048]`; its critic is
+3 x 512 (`algo.hidden=[512,512,512]`)."""
 
 
 def mlp(sizes: list[int], output_activation: type[nn.Module] | None = None,
@@ -24,16 +30,38 @@ def mlp(sizes: list[int], output_activation: type[nn.Module] | None = None,
     return nn.Sequential(*layers)
 
 
-def nature_cnn(n_actions: int, in_channels: int = 4) -> nn.Sequential:
+class ScaleImage(nn.Module):
+    """uint8 pixels to floats in [0, 1]: the replay keeps frames as bytes (4x less memory)."""
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        return frames.float() / 255.0
+
+
+def is_image(space: gym.Space) -> bool:
+    """A stack of frames (channels, height, width) of uint8 pixels, as Atari envs give."""
+    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
+
+
+def nature_cnn(n_out: int, in_channels: int = 4) -> nn.Sequential:
     """The Q-network of Mnih et al. (2015) for stacks of 84×84 frames (AP-DRL's Breakout)."""
     return nn.Sequential(
+        ScaleImage(),
         nn.Conv2d(in_channels, 32, kernel_size=8, stride=4), nn.ReLU(),
         nn.Conv2d(32, 64, kernel_size=4, stride=2), nn.ReLU(),
         nn.Conv2d(64, 64, kernel_size=3, stride=1), nn.ReLU(),
         nn.Flatten(),
         nn.Linear(64 * 7 * 7, 512), nn.ReLU(),
-        nn.Linear(512, n_actions),
+        nn.Linear(512, n_out),
     )
+
+
+def network(obs_space: gym.Space, hidden: list[int], n_out: int,
+            activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
+    """The Nature CNN on stacked frames (`hidden` unused, as SB3's CnnPolicy), else an MLP
+    of `hidden` widths on the flattened observation."""
+    if is_image(obs_space):
+        return nature_cnn(n_out, in_channels=obs_space.shape[0])
+    return mlp([flat_dim(obs_space), *hidden, n_out], activation=activation)
 
 
 def flat_dim(space: gym.Space) -> int:
@@ -56,16 +84,16 @@ class Actor(nn.Module):
 
 
 class StochasticPolicy(nn.Module):
-    """pi(a|s) of SB3's on-policy MlpPolicy (tanh MLP, no gSDE): a Categorical over logits
+    """pi(a|s) of SB3's on-policy MlpPolicy (tanh MLP, no gSDE; the Nature CNN on frames): a Categorical over logits
     for a Discrete action space, a diagonal Gaussian with a state-independent log-std for a
     Box one. `forward` returns the logits or the mean, so the task-graph builder and
     per-layer precision see a plain network; `distribution` wraps them."""
 
-    def __init__(self, obs_dim: int, hidden: list[int], action_space: gym.Space) -> None:
+    def __init__(self, obs_space: gym.Space, hidden: list[int], action_space: gym.Space) -> None:
         super().__init__()
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         n_out = int(action_space.n) if self.discrete else flat_dim(action_space)
-        self.net = mlp([obs_dim, *hidden, n_out], activation=nn.Tanh)
+        self.net = network(obs_space, hidden, n_out, activation=nn.Tanh)
         self.log_std = None if self.discrete else nn.Parameter(torch.zeros(n_out))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:

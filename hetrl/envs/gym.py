@@ -16,23 +16,27 @@ def make_vector_env(
     n_envs: int = 1,
     vectorization: str = "sync",
     flatten_observation: bool = False,
+    clip_rewards: bool = False,
     kwargs: dict[str, Any] | None = None,
 ) -> gym.vector.VectorEnv:
     """`n_envs` copies of a registered gymnasium env, with episode statistics recorded.
 
-    An id of the form `module:EnvId` imports the module that registers it first
-    (`shimmy:dm_control/walker-stand-v0`); `flatten_observation` turns a Dict observation
-    (DM Control's named features) into one flat vector.
-
-    Same-step autoreset puts the true last observation of an episode in
-    `info["final_obs"]`, so the replay stores real transitions across resets.
+    `id` may name the module that registers it ("ale_py:ALE/Breakout-v5"). Same-step
+    autoreset puts the true last observation of an episode in `info["final_obs"]`, so the
+    replay stores real transitions across resets. Episode returns are recorded before any
+    reward clipping, so they are the game's score.
+    `flatten_observation` turns a Dict observation (DM Control's named features,
+    "shimmy:dm_control/walker-stand-v0") into one flat vector.
     """
+    autoreset = {"autoreset_mode": AutoresetMode.SAME_STEP}
+    if vectorization == "vector_entry_point":  # the env's own batched class takes it directly
+        kwargs, autoreset = {**(kwargs or {}), **autoreset}, {}
     envs = gym.make_vec(
         id,
         num_envs=n_envs,
         vectorization_mode=vectorization,
-        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
-        wrappers=[gym.wrappers.FlattenObservation] if flatten_observation else None,
+        vector_kwargs=autoreset or None,
+        **({"wrappers": [gym.wrappers.FlattenObservation]} if flatten_observation else {}),
         **(kwargs or {}),
     )
     declared = ActionSpace(action_space)
@@ -42,7 +46,8 @@ def make_vector_env(
             f"env.action_space={declared.value!r} does not match {id}'s "
             f"{envs.single_action_space}: set it to {actual.value!r}"
         )
-    return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    return gym.wrappers.vector.ClipReward(envs, -1.0, 1.0) if clip_rewards else envs
 
 
 def space_kind(space: gym.Space) -> ActionSpace:

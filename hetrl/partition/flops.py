@@ -24,11 +24,12 @@ from math import prod
 
 from torch import nn
 
+from hetrl.algos.networks import ScaleImage
 from hetrl.partition.graph import Kind, TaskGraph
 
 WEIGHT_LAYERS = (nn.Linear, nn.Conv2d)
 ACTIVATIONS = (nn.ReLU, nn.Tanh)
-VIEWS = (nn.Flatten, nn.Identity)  # reshape only: no node
+VIEWS = (nn.Flatten, nn.Identity, ScaleImage)  # reshape or input scaling: no node (as the paper)
 LOSS_FLOPS_PER_ELEMENT = 3  # difference, square (or Huber branch), reduction
 ADAM_FLOPS_PER_PARAM = 12  # two moment updates, sqrt, eps, divide, scaled step
 PAPER_KINDS = frozenset({Kind.matmul})

@@ -1,15 +1,20 @@
-"""Plan a learner's training step on a modeled platform, beside the platform's baselines."""
+"""Plan a learner's training step on a platform, beside the platform's baselines: over modeled
+costs (a simulated platform) or over costs measured on this host's devices."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 
+import gymnasium as gym
+
 from hetrl.algos.base import Learner
 from hetrl.partition.costs import CostTable, Plan
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.single import SinglePartitioner
+from hetrl.platform.host import HostPlatform
 from hetrl.platform.model import ModeledPlatform
+from hetrl.schema import BaselineSpec
 
 
 @dataclass
@@ -18,19 +23,24 @@ class StepPlan:
     costs: CostTable
     plan: Plan
     baselines: dict[str, Plan]
+    measured: bool = False  # costs timed on this host's devices, not modeled
 
     def metrics(self, batch_size: int) -> dict[str, float]:
-        """Modeled figures (never measured ones): `eps_platform`, step times, speedups."""
+        """Modeled figures as `eps_platform`, `platform/*`, `speedup_vs_*`; a plan over measured
+        per-node costs as `host/plan_*` (a schedule of measured times, beside the loop's own
+        measured `eps_host`)."""
         plan = self.plan
-        metrics = {
-            "eps_platform": batch_size / plan.makespan,
-            "platform/step_s": plan.makespan,
-            "platform/step_bound_s": plan.objective,
-        }
+        if self.measured:
+            prefix, metrics = "host/plan_", {"host/plan_eps": batch_size / plan.makespan}
+        else:
+            prefix, metrics = "platform/", {"eps_platform": batch_size / plan.makespan}
+        metrics[f"{prefix}step_s"] = plan.makespan
+        metrics[f"{prefix}step_bound_s"] = plan.objective
         for name, baseline in self.baselines.items():
-            metrics[f"speedup_vs_{name}"] = baseline.makespan / plan.makespan
+            metrics[f"{prefix if self.measured else ''}speedup_vs_{name}"] = (
+                baseline.makespan / plan.makespan)
         for k, device in enumerate(plan.devices):
-            metrics[f"platform/nodes_{device}"] = float(plan.assignment.count(k))
+            metrics[f"{prefix}nodes_{device}"] = float(plan.assignment.count(k))
         return metrics
 
     def to_json(self) -> str:
@@ -40,11 +50,14 @@ class StepPlan:
 
         nodes = [
             {"name": node.name, "kind": node.kind.value, "flops": node.flops,
-             "device": self.plan.devices[k], "start_s": start, "finish_s": finish}
-            for node, k, start, finish in zip(self.graph.nodes, self.plan.assignment,
-                                              self.plan.start, self.plan.finish)
+             "device": self.plan.devices[k], "start_s": start, "finish_s": finish,
+             "seconds": dict(zip(self.costs.devices, map(float, seconds)))}
+            for node, k, start, finish, seconds in zip(
+                self.graph.nodes, self.plan.assignment, self.plan.start, self.plan.finish,
+                self.costs.seconds)
         ]
-        return json.dumps({"plan": describe(self.plan), "nodes": nodes,
+        return json.dumps({"costs": "measured" if self.measured else "modeled",
+                           "plan": describe(self.plan), "nodes": nodes,
                            "baselines": {n: describe(p) for n, p in self.baselines.items()}},
                           indent=1)
 
@@ -54,9 +67,25 @@ def plan_step(learner: Learner, platform: ModeledPlatform, precision, partitione
     dtypes, and each baseline of the platform (all nodes on one device, in one dtype)."""
     graph = learner.task_graph(learner.batch_size)
     costs = platform.cost_table(graph, precision.dtype_chooser(platform))
-    baselines = {
-        name: SinglePartitioner(spec.device).partition(
-            platform.cost_table(graph, lambda node, device, dtype=spec.dtype.value: dtype))
-        for name, spec in platform.baselines.items()
-    }
+    baselines = {name: _baseline(graph, platform, spec) for name, spec in platform.baselines.items()}
     return StepPlan(graph, costs, partitioner.partition(costs), baselines)
+
+
+def _baseline(graph: TaskGraph, platform: ModeledPlatform, spec: BaselineSpec) -> Plan:
+    clocked = platform if spec.clock == 1.0 else platform.clocked(spec.device, spec.clock)
+    costs = clocked.cost_table(graph, lambda node, device: spec.dtype.value,
+                               master_weight_sync=spec.master_weight_sync)
+    return SinglePartitioner(spec.device).partition(costs)
+
+
+def plan_measured_step(learner: Learner, host: HostPlatform, partitioner,
+                       obs_space: gym.Space, act_space: gym.Space) -> StepPlan:
+    """The learner's step graph costed by timing each node on each of the host's devices,
+    partitioned over them (trivially on a CPU-only host), beside each device alone."""
+    graph = learner.task_graph(learner.batch_size)
+    costs = host.cost_table(graph, learner, obs_space, act_space)
+    if len(costs.devices) == 1:
+        return StepPlan(graph, costs, SinglePartitioner(costs.devices[0]).partition(costs), {},
+                        measured=True)
+    baselines = {f"{d}_only": SinglePartitioner(d).partition(costs) for d in costs.devices}
+    return StepPlan(graph, costs, partitioner.partition(costs), baselines, measured=True)

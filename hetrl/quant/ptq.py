@@ -10,13 +10,19 @@ copy keeps its module's methods (`mode`, `distribution`, ...). Biases stay float
   for convolutions when `per_channel`) and on each layer's input (dynamic, per tensor).
 - int8 `kernel`: real int8 kernels (hetrl.quant.kernels). They run on the CPU only: a layer
   of a policy on another device computes on the CPU and hands its output back there.
+
+A layer trained with QAT (hetrl.precision.qat) is copied as it computes now: its weight is
+the fake-quantized one once QAT is on.
 """
 
 from __future__ import annotations
 
 import copy
+from functools import partial
+from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from hetrl.quant import kernels
@@ -24,6 +30,36 @@ from hetrl.quant.quantizers import paper_fake_quant
 from hetrl.quant.spec import ActorPrecision, Int8Mode, QuantSpec
 
 LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+CONV_FNS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+
+def round_half(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to the nearest IEEE half, back in x's dtype."""
+    return x.half().to(x.dtype)
+
+
+class FakeQuantLayer(nn.Module):
+    """A Linear or Conv layer computing in float on a given (quantized) weight and on its
+    input passed through `quantize_input`."""
+
+    def __init__(self, layer: nn.Module, weight: torch.Tensor,
+                 quantize_input: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight.detach().clone())
+        self.register_buffer("bias", None if layer.bias is None else layer.bias.detach().clone())
+        self.quantize_input = quantize_input
+        if isinstance(layer, nn.Linear):
+            self.fn, self.kwargs = F.linear, {}
+        else:
+            if layer.padding_mode != "zeros":
+                raise ValueError(f"padding_mode={layer.padding_mode!r} is not supported: "
+                                 "valid values are ['zeros']")
+            self.fn = CONV_FNS[weight.dim() - 2]
+            self.kwargs = {"stride": layer.stride, "padding": layer.padding,
+                           "dilation": layer.dilation, "groups": layer.groups}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(self.quantize_input(x), self.weight, self.bias, **self.kwargs)
 
 
 class Fp16Input(nn.Module):
@@ -34,7 +70,7 @@ class Fp16Input(nn.Module):
         self.layer = layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layer(x.half().float())
+        return self.layer(round_half(x))
 
 
 class OnCpu(nn.Module):
@@ -48,35 +84,19 @@ class OnCpu(nn.Module):
         return self.layer(x.cpu()).to(x.device)
 
 
-class PaperQuantInput(nn.Module):
-    """QuaRL's fake quant on the input (per tensor, δ from this very input), then `layer`."""
-
-    def __init__(self, layer: nn.Module, bits: int) -> None:
-        super().__init__()
-        self.layer, self.bits = layer, bits
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layer(paper_fake_quant(x, self.bits))
-
-    def extra_repr(self) -> str:
-        return f"bits={self.bits}"
-
-
 def quantize_layer(layer: nn.Module, spec: QuantSpec) -> nn.Module:
     """One Linear or Conv layer in the spec's precision (see the module docstring)."""
     conv = not isinstance(layer, nn.Linear)
+    weight = layer.weight.detach()
     if spec.precision == ActorPrecision.fp16:
-        if not conv:
-            return Fp16Input(kernels.fp16_linear(layer))
-        rounded = copy.deepcopy(layer)
-        rounded.weight.data = rounded.weight.data.half().float()
-        return Fp16Input(rounded)
+        if conv or weight.device.type != "cpu":
+            return FakeQuantLayer(layer, round_half(weight), round_half)
+        return Fp16Input(kernels.fp16_linear(layer))
     if spec.int8_mode == Int8Mode.kernel:
         real = kernels.int8_conv(layer, spec.per_channel) if conv else kernels.int8_linear(layer)
-        return real if layer.weight.device.type == "cpu" else OnCpu(real)
-    fake = copy.deepcopy(layer)
-    fake.weight.data = paper_fake_quant(fake.weight.data, spec.bits, spec.per_channel and conv)
-    return PaperQuantInput(fake, spec.bits)
+        return real if weight.device.type == "cpu" else OnCpu(real)
+    fake_weight = paper_fake_quant(weight, spec.bits, spec.per_channel and conv)
+    return FakeQuantLayer(layer, fake_weight, partial(paper_fake_quant, bits=spec.bits))
 
 
 def quantize_policy(module: nn.Module, spec: QuantSpec) -> nn.Module:

@@ -34,7 +34,8 @@ class UniformReplay:
         self.streams: dict[int, NStepAccumulator] = {}
         discrete = isinstance(act_space, gym.spaces.Discrete)
         act_shape, act_dtype = ((), np.int64) if discrete else (act_space.shape, np.float32)
-        self.obs = np.zeros((capacity, *obs_space.shape), dtype=np.float32)
+        obs_dtype = np.uint8 if obs_space.dtype == np.uint8 else np.float32  # frames stay bytes
+        self.obs = np.zeros((capacity, *obs_space.shape), dtype=obs_dtype)
         self.next_obs = np.zeros_like(self.obs)
         self.actions = np.zeros((capacity, *act_shape), dtype=act_dtype)
         self.rewards = np.zeros(capacity, dtype=np.float32)

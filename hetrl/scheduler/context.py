@@ -32,7 +32,7 @@ class Training:
     report: Callable[[int, dict[str, float]], None]  # (step, metrics): tracker and progress
     checkpoint: Callable[[LoopState], None]
     stop: threading.Event = field(default_factory=threading.Event)
-    actors: Any = None  # the actors option: LocalActors, or an ActorPool for scheduler=actorq
+    actors: Any = None  # the `actors` option built (hetrl.actors): where and in which precision
     make_envs: Callable[[], gym.vector.VectorEnv] | None = None  # more envs like `envs`
     seed: int = 0
 

@@ -1,0 +1,74 @@
+"""Deterministic evaluation of a learner's policy, and QuaRL's PTQ reward error.
+
+`ptq_reward_error_pct` compares the final policy run in its quantized precision with the
+same weights in fp32, on the same episodes: episode i of both starts from
+`reset(seed=seed + i)` and both act deterministically (greedy for DQN, the mean or most
+likely action for the policy-gradient learners), so the only difference is the precision.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Callable, Sequence
+
+import gymnasium as gym
+import numpy as np
+from torch import nn
+
+from hetrl.algos.base import Learner
+from hetrl.quant import QuantSpec, quantize_policy
+from hetrl.tracking.reward_error import reward_error_pct
+
+EVAL_SEED_OFFSET = 1_000_000
+"""Evaluation episodes are seeded apart from the training envs (seed, seed + 1, ...)."""
+
+
+def episode_returns(learner: Learner, env: gym.vector.VectorEnv, episodes: int, seed: int,
+                    policy: nn.Module | None = None) -> np.ndarray:
+    """Returns of `episodes` deterministic episodes on the first env of `env`, episode i
+    starting from `reset(seed=seed + i)`; `policy` stands in for the learner's own."""
+    returns = np.zeros(episodes)
+    with learner.acting_with(policy) if policy is not None else nullcontext():
+        for i in range(episodes):
+            obs, _ = env.reset(seed=seed + i)
+            done = False
+            while not done:
+                obs, reward, terminated, truncated, _ = env.step(learner.act(obs, None))
+                returns[i] += float(reward[0])
+                done = bool(terminated[0] or truncated[0])
+    return returns
+
+
+def ptq_returns(learner: Learner, specs: Sequence[QuantSpec],
+                make_env: Callable[[], gym.vector.VectorEnv], episodes: int,
+                seed: int) -> dict[str, float]:
+    """Mean deterministic return of the learner's policy in fp32 (key "fp32") and in each
+    spec's precision (key `spec.name`), all on the same `episodes` episodes."""
+    env = make_env()
+    seed += EVAL_SEED_OFFSET
+    try:
+        means = {"fp32": float(episode_returns(learner, env, episodes, seed).mean())}
+        for spec in specs:
+            copy = quantize_policy(learner.policy(), spec)
+            means[spec.name] = float(episode_returns(learner, env, episodes, seed, copy).mean())
+    finally:
+        env.close()
+    return means
+
+
+def ptq_metrics(fp32: float, quantized: float) -> dict[str, float]:
+    """`ptq_reward_error_pct` is |R_q - R_fp32| / |R_fp32| x 100 (DESIGN.md); the signed
+    `ptq_reward_error_signed_pct` is (R_fp32 - R_q) / |R_fp32| x 100, positive when
+    quantization loses reward (the extract's Table 1 convention)."""
+    signed = (fp32 - quantized) / max(abs(fp32), 1e-12) * 100.0
+    return {"ptq_reward_error_pct": reward_error_pct(quantized, fp32),
+            "ptq_reward_error_signed_pct": signed,
+            "ptq_return_fp32": fp32, "ptq_return_quantized": quantized}
+
+
+def ptq_reward_error(learner: Learner, spec: QuantSpec,
+                     make_env: Callable[[], gym.vector.VectorEnv], episodes: int,
+                     seed: int) -> dict[str, float]:
+    """The final policy in `spec`'s precision vs in fp32, on the same episodes (`ptq_metrics`)."""
+    means = ptq_returns(learner, [spec], make_env, episodes, seed)
+    return ptq_metrics(means["fp32"], means[spec.name])
