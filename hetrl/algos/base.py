@@ -18,7 +18,8 @@ class Batch(NamedTuple):
     rewards: torch.Tensor
     next_obs: torch.Tensor
     dones: torch.Tensor  # 1.0 where the episode terminated (not truncated)
-    discounts: torch.Tensor  # the bootstrap discount: gamma, or gamma^k for k-step returns
+    # the bootstrap discount of each row (gamma^k for k-step returns); None: one-step rows
+    discounts: torch.Tensor | None = None
 
 
 class Learner(nn.Module):

@@ -62,7 +62,8 @@ class D4PG(DDPG):
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         with torch.no_grad():
             next_logits = self.critic_target(batch.next_obs, self.actor_target(batch.next_obs))
-            discounts = batch.discounts * (1.0 - batch.dones)
+            discounts = (torch.full_like(batch.rewards, self.gamma) if batch.discounts is None
+                         else batch.discounts) * (1.0 - batch.dones)
             target = project(self.support, next_logits.softmax(dim=1), batch.rewards, discounts)
 
         logits = self.critic(batch.obs, batch.actions)
