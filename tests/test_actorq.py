@@ -28,7 +28,7 @@ from hetrl.quant import QuantSpec, quantize_policy
 from hetrl.tracking.reward_error import fp32_actors_key, time_to_reach
 
 LEARNS = ("algo=dqn", "env=cartpole", "steps=10000", "algo.learning_starts=500",
-          "algo.exploration_fraction=0.2", "algo.hidden=[64,64]", "log_every=2000")
+          "algo.exploration_fraction=0.2", "algo.hidden=[64,64]", "log_every=2000", "platform.measure_layers=false")
 POOL = dict(precision="fp32", int8_mode="kernel", per_channel=True, eval_episodes=1, n=1,
             pull_every=10, quantize_on="learner", start_method="spawn")
 
@@ -120,7 +120,8 @@ def test_process_actors_stop_on_sigterm(tmp_path):
         job = subprocess.Popen(
             [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}",
              "scheduler=actorq", "actors.n=1", "actors.pull_every=50", "steps=10000000",
-             "algo.learning_starts=100", "algo.hidden=[16]", "log_every=100"],
+             "algo.learning_starts=100", "algo.hidden=[16]", "log_every=100",
+             "platform.measure_layers=false"],
             cwd=tmp_path, stdout=output, stderr=output,
             env={**os.environ, "HETRL_TEST_MARKER": marker})
         deadline = time.monotonic() + 120
@@ -151,7 +152,7 @@ def test_ray_actors_train_a_tiny_job(tmp_path):
     pytest.importorskip("ray")
     result = run_job(tmp_path, "scheduler=actorq", "actors=ray", "actors.n=1",
                      "actors.pull_every=50", "actors.precision=int8", "steps=300",
-                     "algo.learning_starts=100", "algo.hidden=[16]")
+                     "algo.learning_starts=100", "algo.hidden=[16]", "platform.measure_layers=false")
     assert result["updates"] > 0 and result["actor/comm_bytes"] > 0
     history = metric_history(tmp_path, result["run_id"], "actor/0/steps")
     assert history[-1][1] == 300

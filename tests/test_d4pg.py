@@ -74,7 +74,8 @@ def test_d4pg_critic_fits_its_n_step_targets_on_dmc_cartpole(tmp_path):
     """A short run on DM Control's cartpole: the critic's cross-entropy falls as it trains."""
     result = run_job(tmp_path, "algo=d4pg", "env=dmc_cartpole_balance", "steps=700",
                      "algo.learning_starts=100", "algo.batch_size=32", "algo.hidden=[32]",
-                     "algo.policy_hidden=[32]", "log_every=200", "algo.lr=1e-3")
+                     "algo.policy_hidden=[32]", "log_every=200", "algo.lr=1e-3",
+                     "platform.measure_layers=false")
     losses = [v for _, v in metric_history(tmp_path, result["run_id"], "learner/critic_loss")]
     assert result["updates"] == 600 and result["episodes"] == 0  # DMC episodes: 1000 steps
     assert losses == sorted(losses, reverse=True) and losses[-1] < losses[0] - 0.1, losses
@@ -83,5 +84,6 @@ def test_d4pg_critic_fits_its_n_step_targets_on_dmc_cartpole(tmp_path):
 @pytest.mark.parametrize("env", ["dmc_walker_stand", "dmc_reacher_hard"])
 def test_dmc_envs_give_flat_observations_and_step(env, tmp_path):
     result = run_job(tmp_path, "algo=ddpg", f"env={env}", "steps=120", "algo.learning_starts=100",
-                     "algo.batch_size=8", "algo.hidden=[8]", "tracking=none")
+                     "algo.batch_size=8", "algo.hidden=[8]", "tracking=none",
+                     "platform.measure_layers=false")
     assert result["updates"] == 20
