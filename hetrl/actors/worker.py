@@ -22,9 +22,10 @@ from hetrl.algos.base import Learner
 from hetrl.quant import QuantSpec, quantize_policy
 from hetrl.seeding import seed_everything
 
-STATS = ("step_s", "env_s", "pull_s", "deserialize_s", "load_state_dict_s", "comm_bytes", "steps")
+STATS = ("step_s", "env_s", "pull_s", "deserialize_s", "load_state_dict_s", "comm_bytes", "pulls",
+         "steps")
 """Per-actor totals: inference, env stepping, the three parts of a pull (QuaRL A.1.7), the
-bytes pulled and the env steps taken."""
+bytes pulled, the pulls and the env steps taken."""
 
 
 @dataclass
@@ -90,7 +91,7 @@ class ActorWorker:
         stats = dict.fromkeys(STATS, 0.0)
         stats["steps"] = float(steps * self.envs.num_envs)
         if payload is not None:
-            stats.update(self.load(payload), pull_s=pull_s)
+            stats.update(self.load(payload), pull_s=pull_s, pulls=1.0)
         envs, learner = self.envs, self.learner
         columns: list[list[np.ndarray]] = [[] for _ in range(6)]
         returns: list[np.ndarray] = []
