@@ -12,6 +12,8 @@ the actors act on weights up to one chunk stale, as in the paper.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 from hetrl.actors.pool import ActorPool
 from hetrl.actors.weights import publish
 from hetrl.actors.worker import Chunk
@@ -25,7 +27,7 @@ class ActorQScheduler:
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         pool: ActorPool = t.actors  # type: ignore[assignment]  # validate() ensures it
-        learner, replay = t.learner, t.replay
+        learner = t.learner
         timer = PhaseTimer(state.phase_s)
         autocast = t.precision.autocast(learner.device)
         n_envs = t.envs.num_envs
@@ -67,7 +69,7 @@ class ActorQScheduler:
 
     @staticmethod
     def _learn(chunk: Chunk, t: Training, state: LoopState, timer: PhaseTimer,
-               autocast) -> dict:
+               autocast: AbstractContextManager) -> dict:
         """Store a chunk's transitions step by step and run the updates they are owed."""
         learner, replay = t.learner, t.replay
         owed = 0
