@@ -86,7 +86,8 @@ def report(task: str, rows: list) -> None:
     fp32_time = dict(rows)["fp32"].get("time_to_95pct_s")
     name, paper_fp32, paper_fp16, paper_int8 = PAPER[task]
     paper = {"fp32": 1.0, "fp16": paper_fp16, "int8": paper_int8}
-    print(f"\n{task} (paper: {name}, fp32 {paper_fp32:.0f} s)")
+    print(f"\n{task} (paper: {name}, fp32 {paper_fp32:.0f} s); load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
     print(f"{'actors':>7} {'return':>8} {'t95 s':>8} {'speedup':>8} {'paper':>6} {'sps':>7} "
           f"{'step ms':>8} {'pull ms':>8} {'deser ms':>9} {'load ms':>8} {'KB/pull':>8} "
           f"{'ptq err%':>8}")
@@ -99,7 +100,7 @@ def report(task: str, rows: list) -> None:
               f"{per(r, 'pull_s', 'pulls'):8.2f} {per(r, 'deserialize_s', 'pulls'):9.2f} "
               f"{per(r, 'load_state_dict_s', 'pulls'):8.2f} "
               f"{per(r, 'comm_bytes', 'pulls', 1e-3):8.0f} "
-              f"{r.get('ptq_reward_error_pct', 0.0):8.1f}")
+              f"{r.get('ptq_reward_error_pct', float('nan')):8.1f}")
 
 
 def main() -> None:
@@ -118,9 +119,8 @@ def main() -> None:
     schema.register()
     print(f"host: {os.cpu_count()} cores; load average at start {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
-        results = {task: run_task(task, args.precisions, args, Path(tmp)) for task in args.tasks}
-    for task, rows in results.items():
-        report(task, rows)
+        for task in args.tasks:
+            report(task, run_task(task, args.precisions, args, Path(tmp)))
     print(f"\nload average at the end {os.getloadavg()[0]:.2f} (figures under contention when "
           f"above {os.cpu_count()})")
 
