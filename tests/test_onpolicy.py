@@ -91,8 +91,8 @@ def test_task_graph_runs_actor_and_critic_through_one_loss(env):
 
 
 @pytest.mark.parametrize(("algo", "scheduler", "valid"), [
-    ("ppo", "sync", "scheduler from ['onpolicy'] or algo from ['ddpg', 'dqn', 'td3']"),
-    ("dqn", "onpolicy", "scheduler from ['sync'] or algo from ['a2c', 'ppo']"),
+    ("ppo", "sync", "scheduler from ['onpolicy'] or algo from ['d4pg', 'ddpg', 'dqn', 'td3']"),
+    ("dqn", "onpolicy", "scheduler from ['actorq', 'sync'] or algo from ['a2c', 'ppo']"),
 ])
 def test_an_algo_and_a_scheduler_that_do_not_fit_are_named(algo, scheduler, valid):
     cfg, choices = compose_job(f"algo={algo}", f"scheduler={scheduler}")
