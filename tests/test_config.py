@@ -133,7 +133,8 @@ def test_incompatible_algo_and_env_name_both_and_the_choices():
         validate(cfg, choices)
     message = str(err.value)
     assert "algo=dqn" in message and "env=pendulum" in message
-    assert "['breakout', 'cartpole', 'mspacman']" in message and "['a2c', 'ddpg', 'ppo', 'td3']" in message
+    assert "['acrobot', 'breakout', 'cartpole', 'mountaincar', 'mspacman']" in message
+    assert "['a2c', 'd4pg', 'ddpg', 'ppo', 'td3']" in message
 
 
 def test_declared_action_space_is_checked_against_the_real_env():
@@ -156,7 +157,7 @@ def test_help_lists_groups_and_options(tmp_path):
     assert out.returncode == 0
     for group in GROUPS:
         assert f"{group}: " in out.stdout
-    assert "a2c, ddpg, dqn, ppo, td3" in out.stdout
+    assert "a2c, d4pg, ddpg, dqn, ppo, td3" in out.stdout
 
 
 def test_gymnasium_envs_are_real():
