@@ -41,8 +41,9 @@ class ActorPool(LocalActors):
         vector-env steps."""
         raise NotImplementedError
 
-    def results(self) -> list[Chunk]:
-        """The chunks finished since the last call (blocks until there is one)."""
+    def results(self, block: bool = True) -> list[Chunk]:
+        """The chunks finished since the last call (with `block`, waits until there is
+        one)."""
         raise NotImplementedError
 
     def close(self) -> None:

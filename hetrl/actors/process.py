@@ -73,9 +73,9 @@ class ProcessActors(ActorPool):
     def submit(self, rank: int, payload: bytes | None, steps: int, step: int) -> None:
         self.conns[rank].send(("collect", payload, steps, step))
 
-    def results(self) -> list[Chunk]:
+    def results(self, block: bool = True) -> list[Chunk]:
         chunks = []
-        for conn in wait(self.conns):
+        for conn in wait(self.conns, timeout=None if block else 0):
             try:
                 kind, body = conn.recv()
             except (EOFError, OSError):

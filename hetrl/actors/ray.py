@@ -58,10 +58,12 @@ class RayActors(ActorPool):
         message = [] if payload is None else [self._message[1]]
         self.pending[self.handles[rank].collect.remote(message, steps, step)] = rank
 
-    def results(self) -> list[Chunk]:
+    def results(self, block: bool = True) -> list[Chunk]:
         import ray
 
-        ready, _ = ray.wait(list(self.pending), num_returns=1)
+        if not self.pending:
+            return []
+        ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=None if block else 0)
         for ref in ready:
             del self.pending[ref]
         return ray.get(ready)

@@ -1,8 +1,9 @@
 """ActorQ (QuaRL §5): a full-precision learner here, quantized actors elsewhere.
 
 Each actor takes `pull_every` env steps with the policy message it pulled before them, then
-hands its transitions back and pulls again. The learner answers a finished actor at once with
-the newest message (published again only when the weights have changed; none when the actor
+hands its transitions back and pulls again. The learner answers a finished actor at once (it
+looks for one between any two updates, so a pull never waits for a whole chunk of training,
+as with the paper's separate model queue) with the newest message (published again only when the weights have changed; none when the actor
 holds them already, an unchanged model costs no pull), then stores the
 transitions and owes the updates the sync loop's schedule gives for that many env steps
 (`train_freq`, `gradient_steps`, `learning_starts`, counted across actors). So with one actor
@@ -12,7 +13,9 @@ the actors act on weights up to one chunk stale, as in the paper.
 
 from __future__ import annotations
 
+from collections import deque
 from contextlib import AbstractContextManager
+from typing import Callable
 
 from hetrl.actors.pool import ActorPool
 from hetrl.actors.weights import publish
@@ -51,26 +54,35 @@ class ActorQScheduler:
             pulled[rank] = version
             requested += steps * n_envs
 
+        backlog: deque[Chunk] = deque()  # chunks handed back, not learned from yet
+
+        def serve(block: bool) -> None:
+            """Answer every actor that has finished a chunk with its next pull."""
+            for chunk in pool.results(block):
+                next_chunk(chunk.rank)
+                backlog.append(chunk)
+
         try:
             pool.start(learner, t.make_envs, t.seed)
             for rank in range(pool.n):
                 next_chunk(rank)
             while state.step < t.steps:
-                with timer("wait"):
-                    chunks = pool.results()
-                for chunk in chunks:
-                    next_chunk(chunk.rank)
-                    learner_metrics = self._learn(chunk, t, state, timer, autocast) \
-                        or learner_metrics
-                    boundary(int(chunk.stats["steps"]), state.obs, learner_metrics)
+                if not backlog:
+                    with timer("wait"):
+                        serve(block=True)
+                chunk = backlog.popleft()
+                learner_metrics = self._learn(chunk, t, state, timer, autocast,
+                                              lambda: serve(block=False)) or learner_metrics
+                boundary(int(chunk.stats["steps"]), state.obs, learner_metrics)
         finally:
             pool.close()
         return loop_metrics(state, learner, learner_metrics)
 
     @staticmethod
     def _learn(chunk: Chunk, t: Training, state: LoopState, timer: PhaseTimer,
-               autocast: AbstractContextManager) -> dict:
-        """Store a chunk's transitions step by step and run the updates they are owed."""
+               autocast: AbstractContextManager, serve: Callable[[], None]) -> dict:
+        """Store a chunk's transitions step by step and run the updates they are owed,
+        serving the actors' pulls between updates."""
         learner, replay = t.learner, t.replay
         owed = 0
         with timer("replay_add"):
@@ -93,5 +105,6 @@ class ActorQScheduler:
             with timer("update"), autocast:
                 metrics = learner.update(batch)
             state.updates += 1
+            serve()
         return metrics
 
