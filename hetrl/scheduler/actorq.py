@@ -2,8 +2,9 @@
 
 Each actor takes `pull_every` env steps with the policy message it pulled before them, then
 hands its transitions back and pulls again. The learner answers a finished actor at once (it
-looks for one between any two updates, so a pull never waits for a whole chunk of training,
-as with the paper's separate model queue) with the newest message (published again only when the weights have changed; none when the actor
+looks for one between any two updates, so a pull need not wait for a whole chunk of training,
+as with the paper's separate model queue; but not while another chunk waits to be learned:
+that bounds how far actors run ahead, as the paper's rate limiter does) with the newest message (published again only when the weights have changed; none when the actor
 holds them already, an unchanged model costs no pull), then stores the
 transitions and owes the updates the sync loop's schedule gives for that many env steps
 (`train_freq`, `gradient_steps`, `learning_starts`, counted across actors). So with one actor
@@ -55,11 +56,18 @@ class ActorQScheduler:
             requested += steps * n_envs
 
         backlog: deque[Chunk] = deque()  # chunks handed back, not learned from yet
+        deferred: set[int] = set()  # actors whose next pull waits for the learner
 
         def serve(block: bool) -> None:
-            """Answer every actor that has finished a chunk with its next pull."""
+            """Answer the actors that have finished a chunk with their next pull, unless the
+            learner is behind (a chunk waits already): then the pull waits until the learner
+            starts on that actor's chunk. This bounds how far the actors run ahead of the
+            learner (the paper's samples-per-insert rate limiter, in chunks)."""
             for chunk in pool.results(block):
-                next_chunk(chunk.rank)
+                if backlog:
+                    deferred.add(chunk.rank)
+                else:
+                    next_chunk(chunk.rank)
                 backlog.append(chunk)
 
         try:
@@ -71,6 +79,9 @@ class ActorQScheduler:
                     with timer("wait"):
                         serve(block=True)
                 chunk = backlog.popleft()
+                if chunk.rank in deferred:
+                    deferred.discard(chunk.rank)
+                    next_chunk(chunk.rank)
                 learner_metrics = self._learn(chunk, t, state, timer, autocast,
                                               lambda: serve(block=False)) or learner_metrics
                 boundary(int(chunk.stats["steps"]), state.obs, learner_metrics)
