@@ -18,6 +18,11 @@ per env step and per pull (QuaRL A.1.7), averaged over actors.
 Everything is measured here; nothing is copied. The paper's learner ran on a V100 with 4
 one-core actors; here learner and actors share this host's CPU cores, so the learner's fp32
 updates of the 3x2048 network take a share of the wall time that int8 actors cannot shrink.
+Where int8 loses: on a quiet 2-core host the CPU learner is the bottleneck (the actors wait on
+it), and int8 actors gain ~1.1x end to end; int8's `load_state_dict` (repacking into quantized
+layers) costs 10-50x fp32's per pull; small policies (width 64-256) run slower in int8 than in
+fp32 (benchmarks/quantized_actors.py). The 1.5x+ end-to-end gains appear when the actors are
+the bottleneck, as in the paper (GPU learner), or here under CPU contention.
 """
 
 from __future__ import annotations
