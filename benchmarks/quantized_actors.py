@@ -130,7 +130,7 @@ def inference(args: argparse.Namespace) -> None:
         torch.save(obj, buffer)
         buffers[name] = len(buffer.getvalue())
     raw = payload_bytes(compress_state_dict(state, bits=32))
-    print(f"\nActorQ 3x2048 policy on the wire (torch.save bytes): "
+    print("\nActorQ 3x2048 policy on the wire (torch.save bytes): "
           + ", ".join(f"{n} {b / 1e6:.2f} MB" for n, b in buffers.items())
           + f"; int8 is {buffers['fp32 state dict'] / buffers['q_c int8 payload']:.2f}x smaller"
           f" (tensor data: {raw / 1e6:.2f} MB fp32)")

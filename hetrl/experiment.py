@@ -7,11 +7,12 @@ import signal
 import threading
 import traceback
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import gymnasium as gym
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from hetrl import checkpoint
@@ -29,7 +30,8 @@ from hetrl.schema import validate
 from hetrl.seeding import rng_states, seed_everything, set_rng_states
 from hetrl.tracking.base import Tracker
 from hetrl.tracking.plots import gantt, learning_curve
-from hetrl.tracking.reward_error import numerics_key, reference_job, reward_error_pct
+from hetrl.tracking.reward_error import (fp32_actors_key, numerics_key, reference_job,
+                                         reward_error_pct, time_to_reach)
 
 log = logging.getLogger("hetrl")
 
@@ -58,12 +60,16 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
                 tracker.log_params(_flatten(OmegaConf.to_container(cfg, resolve=True,
                                                                     enum_to_str=True)))
             validate(cfg, choices)
-            tracker.set_tags({"numerics_key": numerics_key(cfg)})
-            results = _train(cfg, choices, out_dir, tracker, saved, stop, name)
+            tracker.set_tags({"numerics_key": numerics_key(cfg),
+                              "fp32_actors_key": fp32_actors_key(cfg),
+                              "actors_precision": cfg.actors.precision})
+            results, state = _train(cfg, choices, out_dir, tracker, saved, stop, name)
             reference = reference_job(cfg, choices)
             if reference is not None and "return_mean_100" in results:
                 results["reward_error_pct"] = _reward_error(*reference, cfg.steps, out_dir,
                                                             tracker, results["return_mean_100"])
+            if getattr(get_class(cfg.scheduler._target_), "actor_pool", False) and state.history:
+                results.update(_time_to_95pct(cfg, choices, out_dir, tracker, state))
     except KeyboardInterrupt:
         tracker.end("KILLED")
         raise
@@ -77,19 +83,45 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
 
 def _reward_error(reference_cfg: DictConfig, reference_choices: Mapping[str, str], step: int,
                   out_dir: Path, tracker: Tracker, value: float) -> float:
-    """Against the reference run (`reference_job`): found in the tracker, or trained now."""
+    """Against the reference run (`reference_job`: fp32, the replay's own sampler)."""
     tags = {"numerics_key": numerics_key(reference_cfg),
             "precision": reference_choices["precision"]}
-    reference = tracker.find_metric(tags, "return_mean_100")
-    if reference is None:
-        log.info("no reference run (fp32, the replay's own sampler) yet: training it for "
-                 "reward_error_pct")
-        (out_dir / "reference").mkdir(exist_ok=True)
-        reference = run(reference_cfg, reference_choices,
-                        out_dir / "reference")["return_mean_100"]
+    reference = _twin_return(tracker, tags, reference_cfg, reference_choices,
+                             out_dir / "reference")
     error = reward_error_pct(value, reference)
     tracker.log_metrics({"reward_error_pct": error, "reward_reference": reference}, step=step)
     return error
+
+
+def _time_to_95pct(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
+                   tracker: Tracker, state: LoopState) -> dict[str, float]:
+    """ActorQ's Table 4 metric: the loop's wall time until return_mean_100 first reached 95%
+    of the final value of the run with fp32 actors (this run's own, if its actors are fp32)."""
+    reference = state.history[-1][1]
+    if cfg.actors.precision != "fp32":
+        reference = _twin_return(
+            tracker, {"fp32_actors_key": fp32_actors_key(cfg), "actors_precision": "fp32",
+                      "precision": choices["precision"]},
+            OmegaConf.merge(cfg, {"actors": {"precision": "fp32"}}), choices,
+            out_dir / "fp32_actors_reference")
+    metrics = {"reward_fp32_actors": reference}
+    seconds = time_to_reach(state.history, state.history_s, reference, 0.95)
+    if seconds is not None:
+        metrics["time_to_95pct_s"] = seconds
+    tracker.log_metrics(metrics, step=cfg.steps)
+    return metrics
+
+
+def _twin_return(tracker: Tracker, tags: Mapping[str, str], twin: DictConfig,
+                      twin_choices: Mapping[str, str], twin_dir: Path) -> float:
+    """The final return_mean_100 of the finished run with these tags, or of `twin`, trained
+    now when there is none yet (a reference run: fp32, fp32 actors, uniform sampler)."""
+    reference = tracker.find_metric(tags, "return_mean_100")
+    if reference is None:
+        log.info("no reference run %s yet: training it", dict(tags))
+        twin_dir.mkdir(exist_ok=True)
+        reference = run(twin, twin_choices, twin_dir)["return_mean_100"]
+    return reference
 
 
 def _train(
@@ -100,7 +132,7 @@ def _train(
     saved: dict[str, Any] | None,
     stop: threading.Event,
     name: str,
-) -> dict[str, float]:
+) -> tuple[dict[str, float], LoopState]:
     platform = instantiate(cfg.platform)
     if saved is None:
         tracker.log_params({f"host.{k}": v for k, v in platform.describe().items()})
@@ -146,6 +178,8 @@ def _train(
         envs=envs, learner=learner, replay=replay, precision=precision,
         steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
         report=report, checkpoint=save_checkpoint, stop=stop, actors=actors,
+        make_envs=partial(instantiate, OmegaConf.to_container(cfg.env, resolve=True)),
+        seed=cfg.seed,
     )
     try:
         results = instantiate(cfg.scheduler).run(training, state)
@@ -162,7 +196,7 @@ def _train(
     tracker.log_artifact(save_checkpoint(state))
     if step_plan is not None:
         results.update(step_plan.metrics(learner.batch_size))
-    return results
+    return results, state
 
 
 def _log_plan(tracker: Tracker, step_plan: StepPlan, batch_size: int, out_dir: Path,

@@ -92,6 +92,7 @@ class EnvConfig:
     # batched implementation, e.g. ale-py's AtariVectorEnv)
     vectorization: str = "sync"
     clip_rewards: bool = False  # the learner sees sign-clipped rewards; returns stay the score
+    flatten_observation: bool = False  # Dict observations (DM Control) -> one flat Box
     kwargs: dict[str, Any] = field(default_factory=dict)
     agents: Agents = Agents.single
 
@@ -263,6 +264,22 @@ class MATD3Config(MADDPGConfig):
         super().__post_init__()
         _require(self.policy_delay >= 1, "algo.policy_delay", self.policy_delay, "integers >= 1")
         _require(self.target_noise >= 0, "algo.target_noise", self.target_noise, "floats >= 0")
+
+
+@dataclass
+class D4PGConfig(DDPGConfig):
+    _target_: str = MISSING
+    v_min: float = -150.0
+    v_max: float = 150.0
+    atoms: int = 51
+    n_step: int = 5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.v_max > self.v_min, "algo.v_max", self.v_max,
+                 f"floats > algo.v_min ({self.v_min})")
+        _require(self.atoms >= 2, "algo.atoms", self.atoms, "integers >= 2")
+        _require(self.n_step >= 1, "algo.n_step", self.n_step, "integers >= 1")
 
 
 @dataclass
@@ -590,9 +607,55 @@ class ActorsConfig:
 
 
 @dataclass
+class ActorPoolConfig(ActorsConfig):
+    """ActorQ's actors (scheduler=actorq): `n` of them, each pulling the policy every
+    `pull_every` of its env steps; the weights are quantized on the learner's side before
+    they are sent (q_c, a compressed message) or on the actor's side after (q)."""
+
+    _target_: str = MISSING
+    n: int = 2
+    pull_every: int = 1000  # actor env steps between pulls (QuaRL: 1000, 100, 30)
+    quantize_on: str = "learner"  # learner (q_c) | actor (q)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.n >= 1, "actors.n", self.n, "integers >= 1")
+        _require(self.pull_every >= 1, "actors.pull_every", self.pull_every, "integers >= 1")
+        _require(self.quantize_on in ("learner", "actor"), "actors.quantize_on",
+                 self.quantize_on, "'learner' (q_c) or 'actor' (q)")
+
+
+@dataclass
+class ProcessActorsConfig(ActorPoolConfig):
+    _target_: str = MISSING
+    start_method: str = "spawn"  # multiprocessing: spawn | forkserver | fork
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.start_method in ("spawn", "forkserver", "fork"), "actors.start_method",
+                 self.start_method, "'spawn', 'forkserver' or 'fork'")
+
+
+@dataclass
+class RayActorsConfig(ActorPoolConfig):
+    _target_: str = MISSING
+    address: Optional[str] = None  # null: start Ray here; "auto" or "ray://host:port": a cluster
+
+
+@dataclass
+class ActorQSchedulerConfig:
+    _target_: str = MISSING
+
+
+@dataclass
 class UniformReplayConfig:
     _target_: str = MISSING
     capacity: int = II("algo.buffer_size")
+    n_step: int = 1  # the algo's n-step returns (D4PG), through an accumulator on add
+    gamma: float = 0.99
+
+    def __post_init__(self) -> None:
+        _require(self.n_step >= 1, "replay.n_step", self.n_step, "integers >= 1")
 
 
 class Sampler(str, Enum):
@@ -690,16 +753,17 @@ class RunConfig:
 
 SCHEMAS: dict[str, dict[str, type]] = {
     "env": {"gymnasium": EnvConfig, "mpe": MpeEnvConfig},
-    "algo": {"dqn": DQNConfig, "ddpg": DDPGConfig, "td3": TD3Config, "a2c": A2CConfig,
-             "ppo": PPOConfig, "maddpg": MADDPGConfig, "matd3": MATD3Config},
+    "algo": {"dqn": DQNConfig, "ddpg": DDPGConfig, "td3": TD3Config, "d4pg": D4PGConfig,
+             "a2c": A2CConfig, "ppo": PPOConfig, "maddpg": MADDPGConfig, "matd3": MATD3Config},
     "platform": {"host": HostPlatformConfig, "modeled": ModeledPlatformConfig},
     "precision": {"uniform": UniformPrecisionConfig, "mixed": HardwareAwarePrecisionConfig,
                   "qat": QATPrecisionConfig},
     "partitioner": {"ilp": IlpPartitionerConfig, "heft": HeftPartitionerConfig,
                     "single": SinglePartitionerConfig},
-    "scheduler": {"sync": SyncSchedulerConfig, "onpolicy": OnPolicySchedulerConfig},
+    "scheduler": {"sync": SyncSchedulerConfig, "onpolicy": OnPolicySchedulerConfig,
+                  "actorq": ActorQSchedulerConfig},
     "replay": {"uniform": UniformReplayConfig, "multi_agent": MultiAgentReplayConfig},
-    "actors": {"local": ActorsConfig},
+    "actors": {"local": ActorsConfig, "process": ProcessActorsConfig, "ray": RayActorsConfig},
     "tracking": {"mlflow": MlflowTrackingConfig, "none": NullTrackingConfig},
 }
 
@@ -723,6 +787,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     _check_algo_fits_scheduler(cfg, choices)
     _check_replay_fits_env(cfg, choices)
     _check_algo_fits_platform(cfg, choices)
+    _check_actors_fit_scheduler(cfg, choices)
 
 
 def _check_algo_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
@@ -782,4 +847,22 @@ def _check_algo_fits_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> N
             f"algo={choices['algo']} is {kind} algorithm and cannot train with "
             f"scheduler={choices['scheduler']}: choose scheduler from "
             f"{schedulers_for(on_policy)} or algo from {algos_for_loop(not on_policy)}"
+        )
+
+
+def _check_actors_fit_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    from hetrl.actors.pool import ActorPool  # imports the learners: import late
+
+    from hetrl.options import group_options, option_class
+
+    def is_pool(option: str) -> bool:
+        return issubclass(option_class("actors", option), ActorPool)
+
+    wants_pool = getattr(get_class(cfg.scheduler._target_), "actor_pool", False)
+    if issubclass(get_class(cfg.actors._target_), ActorPool) != wants_pool:
+        fitting = [o for o in group_options("actors") if is_pool(o) == wants_pool]
+        raise ConfigError(
+            f"actors={choices['actors']} does not fit scheduler={choices['scheduler']}: "
+            f"choose actors from {fitting} (scheduler=actorq runs an actor pool, the other "
+            "schedulers act in the learner's process)"
         )

@@ -12,6 +12,7 @@ from helpers import compose_job, hetrl_cli, tracking_uri
 from hydra.errors import ConfigCompositionException, InstantiationException
 from hydra.utils import get_class, instantiate
 
+from hetrl.actors.pool import ActorPool
 from hetrl.options import (GROUPS, algos_for, algos_for_loop, group_options, option_class,
                            option_config, option_node)
 from hetrl.schema import ActionSpace, Agents, ConfigError, validate
@@ -35,6 +36,13 @@ def _fitting_algo_for_scheduler(scheduler_option: str) -> str:
     return algos_for_loop(getattr(target, "on_policy", False))[0]
 
 
+def _fitting_scheduler_for_actors(actors_option: str) -> str:
+    pool = issubclass(option_class("actors", actors_option), ActorPool)
+    return next(name for name in group_options("scheduler")  # an off-policy one, for dqn
+                if getattr(option_class("scheduler", name), "actor_pool", False) == pool
+                and not getattr(option_class("scheduler", name), "on_policy", False))
+
+
 def test_the_conf_tree_has_every_group():
     assert all(group_options(group) for group in GROUPS)
 
@@ -48,6 +56,8 @@ def test_every_option_composes_validates_and_builds(group, option, tmp_path):
         overrides.append(f"algo={_fitting_algo_for_scheduler(option)}")
     if group == "replay":
         overrides.append(f"algo={_fitting_algo_for_replay(option)}")
+    if group == "actors":
+        overrides.append(f"scheduler={_fitting_scheduler_for_actors(option)}")
     cfg, choices = compose_job(*overrides)
     assert choices[group] == option
     validate(cfg, choices)
@@ -135,7 +145,8 @@ def test_incompatible_algo_and_env_name_both_and_the_choices():
         validate(cfg, choices)
     message = str(err.value)
     assert "algo=dqn" in message and "env=pendulum" in message
-    assert "['breakout', 'cartpole', 'mspacman']" in message and "['a2c', 'ddpg', 'ppo', 'td3']" in message
+    assert "['acrobot', 'breakout', 'cartpole', 'mountaincar', 'mspacman']" in message
+    assert "['a2c', 'd4pg', 'ddpg', 'ppo', 'td3']" in message
 
 
 def test_declared_action_space_is_checked_against_the_real_env():
@@ -158,7 +169,7 @@ def test_help_lists_groups_and_options(tmp_path):
     assert out.returncode == 0
     for group in GROUPS:
         assert f"{group}: " in out.stdout
-    assert "a2c, ddpg, dqn, maddpg, matd3, ppo, td3" in out.stdout
+    assert "a2c, d4pg, ddpg, dqn, maddpg, matd3, ppo, td3" in out.stdout
 
 
 def test_gymnasium_and_mpe_envs_are_real():

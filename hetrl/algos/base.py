@@ -23,6 +23,8 @@ class Batch(NamedTuple):
     # weights weighs its TD loss by them and returns `td_errors` (one per row) for new priorities
     indices: np.ndarray | None = None
     weights: torch.Tensor | None = None
+    # the bootstrap discount of each row (gamma^k for k-step returns); None: one-step rows
+    discounts: torch.Tensor | None = None
 
 
 class Learner(nn.Module):

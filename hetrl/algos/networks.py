@@ -1,5 +1,5 @@
 """Building blocks the learners share: MLPs, the Nature CNN, a bounded actor, a stochastic
-policy, Q critics, Polyak averaging."""
+policy, Q critics (scalar and distributional), Polyak averaging."""
 
 from __future__ import annotations
 
@@ -122,6 +122,17 @@ class QCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         return self.net(torch.cat([obs, actions], dim=1)).squeeze(1)
+
+
+class DistributionalCritic(nn.Module):
+    """Z(s, a) of D4PG/C51: logits over `atoms` fixed return values (the support)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], atoms: int) -> None:
+        super().__init__()
+        self.net = mlp([obs_dim + act_dim, *hidden, atoms])
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs, actions], dim=1))
 
 
 def frozen_copy(module: nn.Module) -> nn.Module:

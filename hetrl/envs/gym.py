@@ -15,6 +15,7 @@ def make_vector_env(
     action_space: str,
     n_envs: int = 1,
     vectorization: str = "sync",
+    flatten_observation: bool = False,
     clip_rewards: bool = False,
     kwargs: dict[str, Any] | None = None,
     agents: str = "single",  # declared for the config checks (schema.validate)
@@ -25,6 +26,8 @@ def make_vector_env(
     autoreset puts the true last observation of an episode in `info["final_obs"]`, so the
     replay stores real transitions across resets. Episode returns are recorded before any
     reward clipping, so they are the game's score.
+    `flatten_observation` turns a Dict observation (DM Control's named features,
+    "shimmy:dm_control/walker-stand-v0") into one flat vector.
     """
     autoreset = {"autoreset_mode": AutoresetMode.SAME_STEP}
     if vectorization == "vector_entry_point":  # the env's own batched class takes it directly
@@ -34,6 +37,7 @@ def make_vector_env(
         num_envs=n_envs,
         vectorization_mode=vectorization,
         vector_kwargs=autoreset or None,
+        **({"wrappers": [gym.wrappers.FlattenObservation]} if flatten_observation else {}),
         **(kwargs or {}),
     )
     declared = ActionSpace(action_space)

@@ -74,7 +74,7 @@ def random_batch(learner: Learner, obs_space: gym.Space, act_space: gym.Space, n
         else:
             values = rng.standard_normal((n, *space.shape)).astype(np.float32)
             if np.isfinite(space.low).all() and np.isfinite(space.high).all():
-                values = np.clip(values, space.low, space.high)
+                values = np.clip(values, space.low, space.high).astype(np.float32)  # f64 bounds
         return torch.as_tensor(values, device=device)
 
     def normal() -> torch.Tensor:

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from hetrl.algos.base import Batch
+from hetrl.replay.nstep import NStepAccumulator
 
 
 class UniformReplay:
@@ -17,13 +18,20 @@ class UniformReplay:
     Writes are slice copies (the per-step cost that matters); a sampled batch is one
     fancy-index per column. Indices are drawn with numpy's global generator, so a seeded
     run samples the same batches and a checkpoint (which saves that generator) resumes them.
+
+    With `n_step` > 1 each add goes through an n-step accumulator per `stream` (a source of
+    transitions: the loop's envs, or one actor of many), and the stored reward is the
+    discounted n-step return with its bootstrap discount (gamma^k) in `discounts`.
     """
 
     def __init__(
-        self, capacity: int, obs_space: gym.Space, act_space: gym.Space, device: torch.device
+        self, capacity: int, obs_space: gym.Space, act_space: gym.Space, device: torch.device,
+        n_step: int = 1, gamma: float = 0.99,
     ) -> None:
         self.capacity = capacity
         self.device = device
+        self.n_step, self.gamma = n_step, gamma
+        self.streams: dict[int, NStepAccumulator] = {}
         discrete = isinstance(act_space, gym.spaces.Discrete)
         act_shape, act_dtype = ((), np.int64) if discrete else (act_space.shape, np.float32)
         obs_dtype = np.uint8 if obs_space.dtype == np.uint8 else np.float32  # frames stay bytes
@@ -32,6 +40,7 @@ class UniformReplay:
         self.actions = np.zeros((capacity, *act_shape), dtype=act_dtype)
         self.rewards = np.zeros(capacity, dtype=np.float32)
         self.dones = np.zeros(capacity, dtype=np.float32)
+        self.discounts = np.zeros(capacity, dtype=np.float32)
         self.pos = 0
         self.size = 0
 
@@ -39,7 +48,7 @@ class UniformReplay:
         return self.size
 
     def _columns(self) -> tuple[np.ndarray, ...]:
-        return self.obs, self.actions, self.rewards, self.next_obs, self.dones
+        return self.obs, self.actions, self.rewards, self.next_obs, self.dones, self.discounts
 
     def add(
         self,
@@ -48,11 +57,26 @@ class UniformReplay:
         rewards: np.ndarray,
         next_obs: np.ndarray,
         dones: np.ndarray,
+        truncated: np.ndarray | None = None,
+        stream: int = 0,
     ) -> None:
-        """Store a batch of transitions (one per env), overwriting the oldest when full."""
-        n = len(obs)
+        """Store one step of a batch of envs (`dones`: terminated; `truncated` ends an
+        n-step window too), overwriting the oldest transitions when full."""
+        if self.n_step == 1:
+            self._write(obs, actions, rewards, next_obs, dones, np.full(len(obs), self.gamma))
+            return
+        if stream not in self.streams:
+            self.streams[stream] = NStepAccumulator(self.n_step, self.gamma, len(obs))
+        if truncated is None:
+            truncated = np.zeros(len(obs), dtype=bool)
+        transitions = self.streams[stream].push(obs, actions, rewards, next_obs, dones, truncated)
+        if transitions:
+            self._write(*transitions)
+
+    def _write(self, *values: np.ndarray) -> None:
+        n = len(values[0])
         end = self.pos + n
-        for column, values in zip(self._columns(), (obs, actions, rewards, next_obs, dones)):
+        for column, values in zip(self._columns(), values):
             if end <= self.capacity:
                 column[self.pos : end] = values
             else:  # wraps around the ring
@@ -65,11 +89,16 @@ class UniformReplay:
         return Batch(*(torch.from_numpy(column[idx]).to(self.device) for column in self._columns()))
 
     def state_dict(self) -> dict[str, Any]:
-        """The stored transitions (only the filled part) and the ring position."""
+        """The stored transitions (only the filled part), the ring position and the n-step
+        windows still open."""
         return {"columns": [c[: self.size].copy() for c in self._columns()],
-                "pos": self.pos, "size": self.size}
+                "pos": self.pos, "size": self.size,
+                "streams": {k: acc.state_dict() for k, acc in self.streams.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.pos, self.size = state["pos"], state["size"]
+        for key, windows in state["streams"].items():
+            self.streams[key] = NStepAccumulator(self.n_step, self.gamma, len(windows))
+            self.streams[key].load_state_dict(windows)
         for column, saved in zip(self._columns(), state["columns"]):
             column[: self.size] = saved

@@ -33,6 +33,8 @@ class Training:
     checkpoint: Callable[[LoopState], None]
     stop: threading.Event = field(default_factory=threading.Event)
     actors: Any = None  # the `actors` option built (hetrl.actors): where and in which precision
+    make_envs: Callable[[], gym.vector.VectorEnv] | None = None  # more envs like `envs`
+    seed: int = 0
 
 
 TRAINING_PHASES = ("replay_add", "rollout_add", "advantages", "sample", "update",
@@ -58,6 +60,18 @@ def loop_metrics(state: LoopState, learner: Learner, learner_metrics: dict) -> d
         metrics[f"phase/{name}_s"] = seconds
         metrics[f"phase/{name}_pct"] = 100.0 * seconds / wall
     metrics.update({f"learner/{k}": float(v) for k, v in learner_metrics.items()})
+    metrics.update(actor_metrics(state.actors))
+    return metrics
+
+
+def actor_metrics(actors: dict[int, dict[str, float]]) -> dict[str, float]:
+    """Each actor's totals as `actor/<rank>/<name>` and their mean over the actors as
+    `actor/<name>` (ActorQ's runtime breakdown, QuaRL A.1.7)."""
+    metrics: dict[str, float] = {}
+    for rank, totals in sorted(actors.items()):
+        metrics.update({f"actor/{rank}/{name}": value for name, value in totals.items()})
+    for name in sorted({name for totals in actors.values() for name in totals}):
+        metrics[f"actor/{name}"] = float(np.mean([t.get(name, 0.0) for t in actors.values()]))
     return metrics
 
 
@@ -93,6 +107,7 @@ class StepBoundary:
             metrics = loop_metrics(state, t.learner, learner_metrics)
             if "return_mean_100" in metrics:
                 state.history.append((state.step, metrics["return_mean_100"]))
+                state.history_s.append(state.elapsed_s)
             t.report(state.step, metrics)
         if checkpoint_due and not finished:
             t.checkpoint(state)

@@ -19,6 +19,8 @@ class LoopState:
     history: list[tuple[int, float]] = field(default_factory=list)  # (step, return_mean_100)
     phase_s: dict[str, float] = field(default_factory=dict)
     elapsed_s: float = 0.0  # wall time inside the loop, across resumes
+    history_s: list[float] = field(default_factory=list)  # elapsed_s at each history point
+    actors: dict[int, dict[str, float]] = field(default_factory=dict)  # rank -> stat totals
     obs: np.ndarray | None = None
 
     def record_episodes(self, returns: np.ndarray) -> None:

@@ -41,7 +41,7 @@ class SyncScheduler:
                 if done.any():  # same-step autoreset: the true last obs is in final_obs
                     stored_next = next_obs.copy()
                     stored_next[done] = np.stack(info["final_obs"][done])
-                replay.add(obs, actions, rewards, stored_next, terminated)
+                replay.add(obs, actions, rewards, stored_next, terminated, truncated)
             if done.any():
                 learner.end_episodes(done)
                 state.record_episodes(info["episode"]["r"][info["_episode"]])

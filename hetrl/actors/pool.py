@@ -1,0 +1,50 @@
+"""What ActorQ's actor pools share: the actors' config and the interface the scheduler drives."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import gymnasium as gym
+
+from hetrl.actors.local import LocalActors
+from hetrl.actors.weights import QuantizeOn
+from hetrl.actors.worker import Chunk
+from hetrl.algos.base import Learner
+
+
+class ActorError(RuntimeError):
+    """An actor failed; the message holds its traceback."""
+
+
+class ActorPool(LocalActors):
+    """`n` actors, each pulling new weights every `pull_every` of its env steps, quantized on
+    the learner's side (q_c) or its own (q). Subclasses run them somewhere (processes, Ray).
+
+    The scheduler calls `start`, then `submit` one chunk of steps per actor and collects the
+    finished ones with `results` (whatever order they finish in), and `close` at the end,
+    on errors and on interrupts (which leaves no actor running).
+    """
+
+    def __init__(self, precision: str, int8_mode: str, per_channel: bool, eval_episodes: int,
+                 n: int, pull_every: int, quantize_on: str) -> None:
+        super().__init__(precision, int8_mode, per_channel, eval_episodes)
+        self.n, self.pull_every = n, pull_every
+        self.quantize_on = QuantizeOn(quantize_on)
+
+    def start(self, learner: Learner, make_envs: Callable[[], gym.vector.VectorEnv],
+              seed: int) -> None:
+        """Start the actors, each with a CPU copy of `learner` and envs from `make_envs`."""
+        raise NotImplementedError
+
+    def submit(self, rank: int, payload: bytes | None, steps: int, step: int) -> None:
+        """Ask actor `rank` to pull `payload` (None: keep its weights), then take `steps`
+        vector-env steps."""
+        raise NotImplementedError
+
+    def results(self, block: bool = True) -> list[Chunk]:
+        """The chunks finished since the last call (with `block`, waits until there is
+        one)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError

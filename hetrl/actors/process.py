@@ -1,0 +1,114 @@
+"""`actors=process`: ActorQ's actors as OS processes, one duplex pipe each.
+
+The learner sends ("collect", message, steps, step); the actor answers ("chunk", Chunk) or
+("error", traceback) and is then idle until the next command, so a pull is synchronous on
+the actor's side (QuaRL A.1.4) and its `pull_s` is the time from handing back a chunk to
+holding the next message. Actors ignore SIGINT: Ctrl-C reaches the whole process group and
+the learner stops them itself.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import traceback
+from multiprocessing.connection import Connection, wait
+from time import perf_counter
+from typing import Callable
+
+import gymnasium as gym
+
+from hetrl.actors.pool import ActorError, ActorPool
+from hetrl.actors.worker import ActorWorker, Chunk, cpu_copy
+from hetrl.algos.base import Learner
+from hetrl.quant import QuantSpec
+
+STOP_TIMEOUT_S = 10.0  # then the actors that have not exited are terminated
+
+
+def _serve(conn: Connection, rank: int, n_actors: int, learner: Learner,
+           make_envs: Callable[[], gym.vector.VectorEnv], seed: int, spec: QuantSpec) -> None:
+    """An actor process: collect chunks on command until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker = None
+    try:
+        worker = ActorWorker(rank, n_actors, learner, make_envs, seed, spec)
+        handed_back = perf_counter()
+        while (command := conn.recv())[0] == "collect":
+            _, payload, steps, step = command
+            chunk = worker.collect(payload, steps, step, pull_s=perf_counter() - handed_back)
+            conn.send(("chunk", chunk))
+            handed_back = perf_counter()
+    except (EOFError, BrokenPipeError):
+        pass  # the learner is gone
+    except BaseException:
+        conn.send(("error", f"actor {rank}:\n{traceback.format_exc()}"))
+    finally:
+        if worker is not None:
+            worker.close()
+        conn.close()
+
+
+class ProcessActors(ActorPool):
+    def __init__(self, start_method: str, **pool) -> None:
+        super().__init__(**pool)
+        self.start_method = start_method
+        self.processes: list[mp.process.BaseProcess] = []
+        self.conns: list[Connection] = []
+
+    def start(self, learner: Learner, make_envs: Callable[[], gym.vector.VectorEnv],
+              seed: int) -> None:
+        context = mp.get_context(self.start_method)
+        copy = cpu_copy(learner)
+        for rank in range(self.n):
+            here, there = context.Pipe()
+            process = context.Process(
+                target=_serve, args=(there, rank, self.n, copy, make_envs, seed, self.spec),
+                name=f"hetrl-actor-{rank}", daemon=True)
+            process.start()
+            there.close()
+            self.processes.append(process)
+            self.conns.append(here)
+
+    def submit(self, rank: int, payload: bytes | None, steps: int, step: int) -> None:
+        self.conns[rank].send(("collect", payload, steps, step))
+
+    def results(self, block: bool = True) -> list[Chunk]:
+        chunks = []
+        for conn in wait(self.conns, timeout=None if block else 0):
+            try:
+                kind, body = conn.recv()
+            except (EOFError, OSError):
+                rank = self.conns.index(conn)
+                raise ActorError(f"actor {rank} exited (code {self.processes[rank].exitcode})")
+            if kind == "error":
+                raise ActorError(body)
+            chunks.append(body)
+        return chunks
+
+    def close(self) -> None:
+        """Stop every actor: ask, drain what they still send, then terminate stragglers."""
+        for conn in self.conns:
+            try:
+                conn.send(("stop",))
+            except (BrokenPipeError, OSError):
+                pass
+        deadline = perf_counter() + STOP_TIMEOUT_S
+        open_conns = list(self.conns)
+        while open_conns and perf_counter() < deadline:
+            for conn in wait(open_conns, timeout=0.1):
+                try:
+                    conn.recv()
+                except (EOFError, OSError):
+                    open_conns.remove(conn)
+        for process in self.processes:
+            process.join(timeout=max(0.0, deadline - perf_counter()))
+            if process.is_alive():
+                process.terminate()
+                process.join(timeout=1.0)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        for conn in self.conns:
+            conn.close()
+        self.processes, self.conns = [], []

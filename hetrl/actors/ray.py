@@ -1,0 +1,79 @@
+"""`actors=ray`: ActorQ's actors as Ray actors, on a local Ray (started here) or a cluster
+(`actors.address`). Messages go through Ray's object store, put once per version and pulled by
+each actor itself, so its `pull_s` is Ray's fetch of the object."""
+
+from __future__ import annotations
+
+from time import perf_counter
+from typing import Any, Callable
+
+import gymnasium as gym
+
+from hetrl.actors.pool import ActorPool
+from hetrl.actors.worker import ActorWorker, Chunk, cpu_copy
+from hetrl.algos.base import Learner
+
+
+class _RayActor:
+    """The Ray actor around one ActorWorker: it fetches the message itself, timed."""
+
+    def __init__(self, *worker_args: Any) -> None:
+        self.worker = ActorWorker(*worker_args)
+
+    def collect(self, message: list, steps: int, step: int) -> Chunk:
+        import ray
+
+        start = perf_counter()
+        payload = ray.get(message[0]) if message else None  # a ref in a list: ours to fetch
+        return self.worker.collect(payload, steps, step, pull_s=perf_counter() - start)
+
+
+class RayActors(ActorPool):
+    def __init__(self, address: str | None, **pool) -> None:
+        super().__init__(**pool)
+        self.address = address
+        self.handles: list[Any] = []
+        self.pending: dict[Any, int] = {}  # result ref -> rank
+        self.started_ray = False
+        self._message: tuple[bytes, Any] | None = None  # the last payload and its ref
+
+    def start(self, learner: Learner, make_envs: Callable[[], gym.vector.VectorEnv],
+              seed: int) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            local = {} if self.address else {"num_cpus": self.n, "include_dashboard": False}
+            ray.init(address=self.address, log_to_driver=False, **local)
+            self.started_ray = True
+        remote = ray.remote(num_cpus=1)(_RayActor)
+        copy = ray.put(cpu_copy(learner))
+        self.handles = [remote.remote(rank, self.n, copy, make_envs, seed, self.spec)
+                        for rank in range(self.n)]
+
+    def submit(self, rank: int, payload: bytes | None, steps: int, step: int) -> None:
+        import ray
+
+        if payload is not None and (self._message is None or self._message[0] is not payload):
+            self._message = (payload, ray.put(payload))
+        message = [] if payload is None else [self._message[1]]
+        self.pending[self.handles[rank].collect.remote(message, steps, step)] = rank
+
+    def results(self, block: bool = True) -> list[Chunk]:
+        import ray
+
+        if not self.pending:
+            return []
+        ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=None if block else 0)
+        for ref in ready:
+            del self.pending[ref]
+        return ray.get(ready)
+
+    def close(self) -> None:
+        import ray
+
+        for handle in self.handles:
+            ray.kill(handle)
+        self.handles, self.pending, self._message = [], {}, None
+        if self.started_ray:
+            ray.shutdown()
+            self.started_ray = False

@@ -1,0 +1,125 @@
+"""One ActorQ actor: its own envs, a quantized copy of the policy, and the runtime breakdown.
+
+The same `ActorWorker` runs in an OS process (hetrl.actors.process) or a Ray actor
+(hetrl.actors.ray): the learner hands it a message and a number of steps; it pulls the
+message in (deserialize, load_state_dict into its fp32 shadow, quantize), steps its envs with
+the quantized policy and hands back the transitions and its timings.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from hetrl.actors.weights import deserialize
+from hetrl.algos.base import Learner
+from hetrl.quant import QuantSpec, quantize_policy
+from hetrl.seeding import seed_everything
+
+STATS = ("step_s", "env_s", "pull_s", "deserialize_s", "load_state_dict_s", "comm_bytes", "pulls",
+         "steps")
+"""Per-actor totals: inference, env stepping, the three parts of a pull (QuaRL A.1.7), the
+bytes pulled, the pulls and the env steps taken."""
+
+
+@dataclass
+class Chunk:
+    """What an actor hands back: `steps` vector-env steps of transitions, shaped
+    (steps, n_envs, ...), the returns of the episodes that ended, and its timings."""
+
+    rank: int
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_obs: np.ndarray  # the true last observation where an episode ended
+    terminated: np.ndarray
+    truncated: np.ndarray
+    returns: np.ndarray
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def cpu_copy(learner: Learner) -> Learner:
+    """A copy of the learner with every tensor on the CPU (quantized kernels are CPU-only)."""
+    buffer = io.BytesIO()
+    torch.save(learner, buffer)
+    buffer.seek(0)
+    copy: Learner = torch.load(buffer, map_location="cpu", weights_only=False)
+    for module in copy.modules():
+        if hasattr(module, "device"):
+            module.device = torch.device("cpu")
+    return copy
+
+
+class ActorWorker:
+    """Actor `rank` of `n_actors`, seeded from seed + rank, on one torch thread."""
+
+    def __init__(self, rank: int, n_actors: int, learner: Learner,
+                 make_envs: Callable[[], gym.vector.VectorEnv], seed: int,
+                 spec: QuantSpec) -> None:
+        torch.set_num_threads(1)
+        seed_everything(seed + rank)
+        self.rank, self.n_actors, self.spec = rank, n_actors, spec
+        self.learner = learner
+        self.shadow = learner.policy()  # fp32: what the received state dict loads into
+        self.policy = quantize_policy(self.shadow, spec) if spec.quantized else self.shadow
+        self.envs = make_envs()
+        self.obs, _ = self.envs.reset(seed=seed + rank)
+        self.envs.action_space.seed(seed + rank)
+
+    def load(self, payload: bytes) -> dict[str, float]:
+        """Deserialize a message and make it the acting policy; returns the timings."""
+        start = perf_counter()
+        state_dict = deserialize(payload)
+        loaded = perf_counter()
+        self.shadow.load_state_dict(state_dict)
+        if self.spec.quantized:  # repacking into quantized layers: part of the load
+            self.policy = quantize_policy(self.shadow, self.spec)
+        done = perf_counter()
+        return {"deserialize_s": loaded - start, "load_state_dict_s": done - loaded,
+                "comm_bytes": float(len(payload))}
+
+    def collect(self, payload: bytes | None, steps: int, step: int, pull_s: float) -> Chunk:
+        """Pull `payload` (it took `pull_s` to arrive; None: the weights have not changed),
+        then take `steps` vector-env steps; `step` is the learner's env-step count, from
+        which exploration schedules go on."""
+        stats = dict.fromkeys(STATS, 0.0)
+        stats["steps"] = float(steps * self.envs.num_envs)
+        if payload is not None:
+            stats.update(self.load(payload), pull_s=pull_s, pulls=1.0)
+        envs, learner = self.envs, self.learner
+        columns: list[list[np.ndarray]] = [[] for _ in range(6)]
+        returns: list[np.ndarray] = []
+        for i in range(steps):
+            global_step = step + i * envs.num_envs * self.n_actors
+            start = perf_counter()
+            if global_step < learner.learning_starts:
+                actions = envs.action_space.sample()
+            else:
+                with learner.acting_with(self.policy):
+                    actions = learner.act(self.obs, global_step)
+            acted = perf_counter()
+            next_obs, rewards, terminated, truncated, info = envs.step(actions)
+            stats["step_s"] += acted - start
+            stats["env_s"] += perf_counter() - acted
+            done = terminated | truncated
+            stored_next = next_obs
+            if done.any():  # same-step autoreset: the true last obs is in final_obs
+                stored_next = next_obs.copy()
+                stored_next[done] = np.stack(info["final_obs"][done])
+                learner.end_episodes(done)
+                returns.append(info["episode"]["r"][info["_episode"]])
+            for column, value in zip(columns, (self.obs, actions, rewards, stored_next,
+                                               terminated, truncated)):
+                column.append(value)
+            self.obs = next_obs
+        return Chunk(self.rank, *(np.stack(c) for c in columns),
+                     returns=np.concatenate(returns) if returns else np.zeros(0), stats=stats)
+
+    def close(self) -> None:
+        self.envs.close()

@@ -1,0 +1,80 @@
+"""D4PG (Barth-Maron et al. 2018): DDPG with a distributional (C51) critic and n-step returns.
+
+The critic predicts a categorical distribution over `atoms` returns evenly spaced in
+[v_min, v_max]; its target is the n-step Bellman update of the target critic's distribution,
+projected back onto that support. The replay supplies the n-step returns and their bootstrap
+discounts (`replay.n_step` follows `algo.n_step`). Acting and exploration noise are DDPG's.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+
+from hetrl.algos.base import Batch
+from hetrl.algos.ddpg import DDPG
+from hetrl.algos.networks import DistributionalCritic, adam, flat_dim, frozen_copy, polyak_update
+
+
+def project(support: torch.Tensor, next_probs: torch.Tensor, rewards: torch.Tensor,
+            discounts: torch.Tensor) -> torch.Tensor:
+    """C51's projection of the distribution of r + discount · Z onto `support`.
+
+    Each shifted atom's mass is split between its two neighbours on the support, in
+    proportion to closeness (all of it to one atom when it lands exactly on it).
+    """
+    v_min, v_max = support[0], support[-1]
+    delta = support[1] - support[0]
+    shifted = (rewards[:, None] + discounts[:, None] * support[None, :]).clamp(v_min, v_max)
+    position = (shifted - v_min) / delta  # fractional index on the support
+    lower, upper = position.floor().long(), position.ceil().long()
+    upper_weight = position - lower  # 0 when the atom lands on a support point
+    target = torch.zeros_like(next_probs)
+    target.scatter_add_(1, lower, next_probs * (1.0 - upper_weight))
+    target.scatter_add_(1, upper, next_probs * upper_weight)
+    return target
+
+
+class D4PG(DDPG):
+    def __init__(
+        self,
+        obs_space: gym.Space,
+        act_space: gym.spaces.Box,
+        *,
+        v_min: float,
+        v_max: float,
+        atoms: int,
+        n_step: int,
+        **ddpg,
+    ) -> None:
+        super().__init__(obs_space, act_space, **ddpg)
+        self.n_step = n_step  # the replay's; kept for the record (targets use batch.discounts)
+        self.critic = DistributionalCritic(flat_dim(obs_space), flat_dim(act_space),
+                                           self.hidden, atoms).to(self.device)
+        self.critic_target = frozen_copy(self.critic)
+        self.critic_optimizer = adam(self.critic.parameters(), self.lr)
+        self.register_buffer("support", torch.linspace(v_min, v_max, atoms, device=self.device))
+
+    def q_value(self, logits: torch.Tensor) -> torch.Tensor:
+        """The mean of the critic's distribution."""
+        return (logits.softmax(dim=1) * self.support).sum(dim=1)
+
+    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            next_logits = self.critic_target(batch.next_obs, self.actor_target(batch.next_obs))
+            discounts = (torch.full_like(batch.rewards, self.gamma) if batch.discounts is None
+                         else batch.discounts) * (1.0 - batch.dones)
+            target = project(self.support, next_logits.softmax(dim=1), batch.rewards, discounts)
+
+        logits = self.critic(batch.obs, batch.actions)
+        critic_loss = -(target * logits.log_softmax(dim=1)).sum(dim=1).mean()
+        self.optimize(self.critic_optimizer, critic_loss)
+
+        actor_loss = -self.q_value(self.critic(batch.obs, self.actor(batch.obs))).mean()
+        self.optimize(self.actor_optimizer, actor_loss)
+
+        polyak_update(self.critic_target, self.critic, self.tau)
+        polyak_update(self.actor_target, self.actor, self.tau)
+        self.updates += 1
+        return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
+                "q_mean": self.q_value(logits.detach()).mean()}

@@ -1,0 +1,121 @@
+"""ActorQ (QuaRL §5): a full-precision learner here, quantized actors elsewhere.
+
+Each actor takes `pull_every` env steps with the policy message it pulled before them, then
+hands its transitions back and pulls again. The learner answers a finished actor at once (it
+looks for one between any two updates, so a pull need not wait for a whole chunk of training,
+as with the paper's separate model queue; but not while another chunk waits to be learned:
+that bounds how far actors run ahead, as the paper's rate limiter does) with the newest message (published again only when the weights have changed; none when the actor
+holds them already, an unchanged model costs no pull), then stores the
+transitions and owes the updates the sync loop's schedule gives for that many env steps
+(`train_freq`, `gradient_steps`, `learning_starts`, counted across actors). So with one actor
+and `pull_every=1` it is the sync loop, one update behind; with more actors or longer pulls
+the actors act on weights up to one chunk stale, as in the paper.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from contextlib import AbstractContextManager
+from typing import Callable
+
+from hetrl.actors.pool import ActorPool
+from hetrl.actors.weights import publish
+from hetrl.actors.worker import Chunk
+from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
+from hetrl.scheduler.state import LoopState, PhaseTimer
+
+
+class ActorQScheduler:
+    on_policy = False
+    actor_pool = True  # needs actors=process or actors=ray
+
+    def run(self, t: Training, state: LoopState) -> dict[str, float]:
+        pool: ActorPool = t.actors  # type: ignore[assignment]  # validate() ensures it
+        learner = t.learner
+        timer = PhaseTimer(state.phase_s)
+        autocast = t.precision.autocast(learner.device)
+        n_envs = t.envs.num_envs
+        learner_metrics: dict = {}
+        boundary = StepBoundary(t, state)
+        requested = state.step  # env steps asked of the actors so far
+        version, payload = -1, b""
+        pulled: dict[int, int] = {}  # rank -> the version it holds
+
+        def next_chunk(rank: int) -> None:
+            nonlocal requested, version, payload
+            steps = min(pool.pull_every, -(-(t.steps - requested) // n_envs))
+            if steps <= 0:
+                return
+            if version != learner.updates:
+                with timer("publish"):
+                    payload = publish(learner.policy(), pool.spec, pool.quantize_on)
+                version = learner.updates
+            pool.submit(rank, payload if pulled.get(rank) != version else None, steps,
+                        requested)
+            pulled[rank] = version
+            requested += steps * n_envs
+
+        backlog: deque[Chunk] = deque()  # chunks handed back, not learned from yet
+        deferred: set[int] = set()  # actors whose next pull waits for the learner
+
+        def serve(block: bool) -> None:
+            """Answer the actors that have finished a chunk with their next pull, unless the
+            learner is behind (a chunk waits already): then the pull waits until the learner
+            starts on that actor's chunk. This bounds how far the actors run ahead of the
+            learner (the paper's samples-per-insert rate limiter, in chunks)."""
+            for chunk in pool.results(block):
+                if backlog:
+                    deferred.add(chunk.rank)
+                else:
+                    next_chunk(chunk.rank)
+                backlog.append(chunk)
+
+        try:
+            pool.start(learner, t.make_envs, t.seed)
+            for rank in range(pool.n):
+                next_chunk(rank)
+            while state.step < t.steps:
+                if not backlog:
+                    with timer("wait"):
+                        serve(block=True)
+                chunk = backlog.popleft()
+                if chunk.rank in deferred:
+                    deferred.discard(chunk.rank)
+                    next_chunk(chunk.rank)
+                learner_metrics = self._learn(chunk, t, state, timer, autocast,
+                                              lambda: serve(block=False)) or learner_metrics
+                boundary(int(chunk.stats["steps"]), state.obs, learner_metrics)
+        finally:
+            pool.close()
+        return loop_metrics(state, learner, learner_metrics)
+
+    @staticmethod
+    def _learn(chunk: Chunk, t: Training, state: LoopState, timer: PhaseTimer,
+               autocast: AbstractContextManager, serve: Callable[[], None]) -> dict:
+        """Store a chunk's transitions step by step and run the updates they are owed,
+        serving the actors' pulls between updates."""
+        learner, replay = t.learner, t.replay
+        owed = 0
+        with timer("replay_add"):
+            for i in range(len(chunk.obs)):
+                replay.add(chunk.obs[i], chunk.actions[i], chunk.rewards[i], chunk.next_obs[i],
+                           chunk.terminated[i], chunk.truncated[i], stream=chunk.rank)
+                n_envs = len(chunk.obs[i])
+                state.step += n_envs
+                rollouts, state.pending = divmod(state.pending + n_envs, learner.train_freq)
+                if state.step > learner.learning_starts:
+                    owed += rollouts * learner.gradient_steps
+        state.record_episodes(chunk.returns)
+        totals = state.actors.setdefault(chunk.rank, {})
+        for name, value in chunk.stats.items():
+            totals[name] = totals.get(name, 0.0) + value
+        metrics: dict = {}
+        for _ in range(owed):
+            with timer("sample"):
+                batch = replay.sample(learner.batch_size)
+            with timer("update"), autocast:
+                metrics = learner.update(batch)
+            state.updates += 1
+            serve()
+        return metrics
+

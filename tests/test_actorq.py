@@ -1,0 +1,170 @@
+"""ActorQ: quantized actors beside a full-precision learner. It learns like the sync loop, the
+actors act with the weights the parameter quantizer delivers, and no actor outlives its job."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+from helpers import compose_job, metric_history, mlflow_runs, run_job, tracking_uri
+from hydra.utils import instantiate
+
+from hetrl.actors.pool import ActorError
+from hetrl.actors.process import ProcessActors
+from hetrl.actors.weights import QuantizeOn, publish
+from hetrl.actors.worker import ActorWorker, cpu_copy
+from hetrl.envs import make_vector_env
+from hetrl.quant import QuantSpec, quantize_policy
+from hetrl.tracking.reward_error import fp32_actors_key, time_to_reach
+
+LEARNS = ("algo=dqn", "env=cartpole", "steps=10000", "algo.learning_starts=500",
+          "algo.exploration_fraction=0.2", "algo.hidden=[64,64]", "log_every=2000", "platform.measure_layers=false")
+POOL = dict(precision="fp32", int8_mode="kernel", per_channel=True, eval_episodes=1, n=1,
+            pull_every=10, quantize_on="learner", start_method="spawn")
+
+
+def test_one_fp32_actor_pulling_every_step_learns_like_the_sync_loop(tmp_path):
+    """Same seed, same budget, same schedule: the returns agree within noise (a random
+    CartPole policy scores about 22)."""
+    sync = run_job(tmp_path, *LEARNS, "tracking=none")
+    actorq = run_job(tmp_path, *LEARNS, "scheduler=actorq", "actors.n=1", "actors.pull_every=1",
+                     "actors.precision=fp32")
+    assert actorq["updates"] == sync["updates"]
+    assert sync["return_mean_100"] > 60 and actorq["return_mean_100"] > 60
+    assert 0.7 < actorq["return_mean_100"] / sync["return_mean_100"] < 1.3
+    assert multiprocessing.active_children() == []  # the actor stopped with its job
+    assert {"actor/step_s", "actor/pull_s", "actor/deserialize_s", "actor/load_state_dict_s",
+            "actor/comm_bytes", "actor/0/step_s", "sps", "eps_host", "time_to_95pct_s"} <= set(actorq)
+
+
+def _learner_and_envs():
+    cfg, _ = compose_job("algo=dqn", "algo.hidden=[256,256]", "env=cartpole")
+    make_envs = partial(instantiate, cfg.env)
+    envs = make_envs()
+    learner = instantiate(cfg.algo, obs_space=envs.single_observation_space,
+                          act_space=envs.single_action_space, device=torch.device("cpu"))
+    return learner, make_envs
+
+
+@pytest.mark.parametrize("precision", ["int8", "fp16"])
+def test_q_and_q_c_deliver_the_weights_the_actor_acts_with(precision):
+    learner, make_envs = _learner_and_envs()
+    spec = QuantSpec(precision, "kernel", True)
+    worker = ActorWorker(0, 1, cpu_copy(learner), make_envs, seed=0, spec=spec)
+    with torch.no_grad():  # new weights on the learner, unlike the actor's initial copy
+        for p in learner.policy().parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    obs = torch.randn(64, 4)
+    expected = quantize_policy(learner.policy(), spec)(obs)
+
+    q = publish(learner.policy(), spec, QuantizeOn.actor)
+    stats = worker.load(q)
+    assert torch.equal(worker.policy(obs), expected)  # q: the actor quantizes fp32 weights
+    assert stats["comm_bytes"] == len(q) and stats["deserialize_s"] > 0
+
+    q_c = publish(learner.policy(), spec, QuantizeOn.learner)
+    worker.load(q_c)
+    # q_c: weights arrive quantized (one rounding more), 4x / 2x smaller on the wire
+    ratio = len(q) / len(q_c)
+    assert ratio > (3.0 if precision == "int8" else 1.7)
+    assert torch.allclose(worker.policy(obs), expected, atol=0.05 * expected.abs().max().item())
+
+    chunk = worker.collect(None, steps=5, step=10**6, pull_s=0.0)  # greedy, weights kept
+    assert chunk.obs.shape == (5, 1, 4) and chunk.stats["pull_s"] == 0
+    with torch.no_grad():
+        greedy = worker.policy(torch.as_tensor(chunk.obs[:, 0])).argmax(dim=1).numpy()
+    # epsilon is 0.05 at the end of exploration: nearly every action is the greedy one
+    assert (greedy == chunk.actions[:, 0]).mean() >= 0.6
+    worker.close()
+
+
+def _marked_processes(marker: str) -> list[int]:
+    """Pids of live processes whose environment carries `marker`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in environ and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def _all_exit(marker: str, grace_s: float = 15.0) -> bool:
+    """Whether every marked process is gone within a grace period (multiprocessing's
+    resource tracker exits a moment after the job; an orphaned actor never does)."""
+    deadline = time.monotonic() + grace_s
+    while _marked_processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return _marked_processes(marker) == []
+
+
+def test_process_actors_stop_on_sigterm(tmp_path):
+    marker = f"actorq-{uuid.uuid4()}"
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as output:
+        job = subprocess.Popen(
+            [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}",
+             "scheduler=actorq", "actors.n=1", "actors.pull_every=50", "steps=10000000",
+             "algo.learning_starts=100", "algo.hidden=[16]", "log_every=100",
+             "platform.measure_layers=false"],
+            cwd=tmp_path, stdout=output, stderr=output,
+            env={**os.environ, "HETRL_TEST_MARKER": marker})
+        deadline = time.monotonic() + 120
+        while "step 100/" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.5)  # the actor has delivered its first transitions
+        assert len(_marked_processes(marker)) >= 2, log.read_text()[-3000:]  # job and actor
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(timeout=60) != 0
+    assert _all_exit(marker)
+    assert [r.info.status for r in mlflow_runs(tmp_path)] == ["KILLED"]
+
+
+def test_a_failing_actor_raises_and_every_actor_is_stopped():
+    learner, _ = _learner_and_envs()
+    pool = ProcessActors(**POOL)
+    before = {p.pid for p in multiprocessing.active_children()}
+    pool.start(learner, partial(make_vector_env, "NoSuchEnv-v0", "discrete"), seed=0)
+    try:
+        with pytest.raises(ActorError, match="NoSuchEnv"):
+            pool.results()
+    finally:
+        pool.close()
+    after = {p.pid for p in multiprocessing.active_children()}
+    assert after <= before and pool.processes == []
+
+
+def test_ray_actors_train_a_tiny_job(tmp_path):
+    pytest.importorskip("ray")
+    result = run_job(tmp_path, "scheduler=actorq", "actors=ray", "actors.n=1",
+                     "actors.pull_every=50", "actors.precision=int8", "steps=300",
+                     "algo.learning_starts=100", "algo.hidden=[16]", "platform.measure_layers=false")
+    assert result["updates"] > 0 and result["actor/comm_bytes"] > 0
+    history = metric_history(tmp_path, result["run_id"], "actor/0/steps")
+    assert history[-1][1] == 300
+    assert np.isfinite(result["actor/load_state_dict_s"])
+
+
+def test_time_to_95pct_is_read_off_the_curve_against_the_fp32_actors_twin():
+    curve, seconds = [(100, 10.0), (200, 96.0), (300, 80.0)], [1.0, 2.0, 3.0]
+    assert time_to_reach(curve, seconds, 100.0, 0.95) == 2.0
+    assert time_to_reach(curve, seconds, 200.0, 0.95) is None
+    assert time_to_reach([(1, -200.0), (2, -104.0)], [1.0, 2.0], -100.0, 0.95) == 2.0
+    int8, _ = compose_job("scheduler=actorq", "actors.precision=int8", "actors.quantize_on=actor")
+    fp32, _ = compose_job("scheduler=actorq", "actors.precision=fp32")
+    other, _ = compose_job("scheduler=actorq", "actors.precision=fp32", "actors.pull_every=30")
+    assert fp32_actors_key(int8) == fp32_actors_key(fp32) != fp32_actors_key(other)
