@@ -58,9 +58,9 @@ class MultiAgentReplay:
         return self.size
 
     def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
-            next_obs: np.ndarray, dones: np.ndarray) -> None:
+            next_obs: np.ndarray, dones: np.ndarray, truncated: np.ndarray | None = None) -> None:
         """Store one transition per env, overwriting the oldest when full. `dones` (one per
-        env) applies to every agent."""
+        env) applies to every agent; `truncated` is unused (no n-step returns here)."""
         n = len(obs)
         if self.pos + n > self.allocated and self.allocated < self.capacity:
             self.allocated = min(self.capacity, max(2 * self.allocated, self.pos + n))

@@ -86,7 +86,9 @@ class UniformReplay:
 
     def sample(self, n: int) -> Batch:
         idx = np.random.randint(self.size, size=n)
-        return Batch(*(torch.from_numpy(column[idx]).to(self.device) for column in self._columns()))
+        *transition, discounts = (torch.from_numpy(column[idx]).to(self.device)
+                                  for column in self._columns())
+        return Batch(*transition, discounts=discounts)
 
     def state_dict(self) -> dict[str, Any]:
         """The stored transitions (only the filled part), the ring position and the n-step
