@@ -33,8 +33,9 @@ Key = tuple[str, str, Pass]  # (network, layer path, pass)
 
 class _Event(NamedTuple):
     time: float
-    key: Key | None  # None: an optimizer event or the end of the step
+    key: Key | None  # None: an optimizer event
     end: bool
+    until_next: bool = False  # an end torch fired early: the pass runs until the next event
 
 
 def measure_step(learner: Learner, graph: TaskGraph, obs_space: gym.Space, act_space: gym.Space,
@@ -128,8 +129,8 @@ class _Hooks:
 
         def backward_done(mod: torch.nn.Module, grad_in: tuple, grad_out: tuple) -> None:
             # no input gradient: fired before the weight gradient, which ends at the next event
-            if any(g is not None for g in grad_in):
-                self._event(backward, end=True)
+            early = all(g is None for g in grad_in)
+            self.events.append(_Event(self._now(), backward, True, until_next=early))
 
         add(module.register_full_backward_hook(backward_done))
 
@@ -154,16 +155,19 @@ class _Hooks:
         wall = self._now() - self.t0
         spans: dict[Key, list[float]] = defaultdict(list)
         opened: dict[Key, float] = {}
-        for i, event in enumerate(self.events):
+        pending: Key | None = None  # a pass that ends at the next event
+        for event in [*self.events, _Event(self.t0 + wall, None, True)]:
+            if pending is not None:
+                spans[pending].append(event.time - opened.pop(pending))
+                pending = None
             if event.key is None:
                 continue
-            if event.end:
-                spans[event.key].append(event.time - opened.pop(event.key))
-            elif event.key[2] is Pass.backward and not self._ends(i):
-                following = self.events[i + 1].time if i + 1 < len(self.events) else self.t0 + wall
-                spans[event.key].append(following - event.time)
-            else:
+            if not event.end:
                 opened[event.key] = event.time
+            elif event.until_next:
+                pending = event.key
+            else:
+                spans[event.key].append(event.time - opened.pop(event.key))
         seconds = [np.nan] * len(self.graph.nodes)  # nan: the node did not run this update
         taken: dict[Key, int] = defaultdict(int)
         for i, node in enumerate(self.graph.nodes):
@@ -179,14 +183,6 @@ class _Hooks:
         for i in losses:
             seconds[i] = rest / len(losses)
         return seconds
-
-    def _ends(self, i: int) -> bool:
-        """Whether the backward opened by event i has its own end event."""
-        key = self.events[i].key
-        for event in self.events[i + 1:]:
-            if event.key == key:
-                return event.end
-        return False
 
     def _apportion_updates(self, seconds: list[float]) -> None:
         owner = {id(p): name for name, opt in self.learner.optimizers().items()
