@@ -11,27 +11,23 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-import gymnasium as gym
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from hetrl import checkpoint
-from hetrl.algos.base import Learner
+from hetrl.build import Components, build
 from hetrl.envs.state import env_state, load_env_state
 from hetrl.evaluation import ptq_reward_error
-from hetrl.options import GROUPS
-from hetrl.partition.planning import StepPlan, plan_measured_step, plan_step
-from hetrl.platform.model import ModeledPlatform
+from hetrl.options import GROUPS, group_options
+from hetrl.partition.planning import StepPlan
 from hetrl.progress import TrainingProgress
-from hetrl.replay.uniform import UniformReplay
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState
 from hetrl.schema import validate
-from hetrl.seeding import rng_states, seed_everything, set_rng_states
+from hetrl.seeding import rng_states, set_rng_states
 from hetrl.tracking.base import Tracker
 from hetrl.tracking.plots import gantt, learning_curve
-from hetrl.tracking.reward_error import (fp32_actors_key, numerics_key, reference_job,
-                                         reward_error_pct, time_to_reach)
+from hetrl.tracking.reward_error import fp32_actors_key, numerics_key, reference_metrics
 
 log = logging.getLogger("hetrl")
 
@@ -48,7 +44,11 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
         out_dir = Path(cfg.resume)
         saved = checkpoint.load(out_dir)
         cfg, choices = OmegaConf.create(saved["config"]), saved["choices"]
-    choices = {group: choices[group] for group in GROUPS}
+    # the tuned file (conf/tuned/<algo>_<env>.yaml) the job took its hyperparameters from;
+    # Hydra names the optional file whether or not it exists
+    tuned = choices.get("tuned")
+    choices = {**{group: choices[group] for group in GROUPS},
+               "tuned": tuned if tuned in group_options("tuned") else "none"}
     name = "-".join(choices[g] for g in ("algo", "env", "platform", "precision")) + f"-s{cfg.seed}"
 
     tracker: Tracker = instantiate(cfg.tracking)
@@ -64,12 +64,8 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
                               "fp32_actors_key": fp32_actors_key(cfg),
                               "actors_precision": cfg.actors.precision})
             results, state = _train(cfg, choices, out_dir, tracker, saved, stop, name)
-            reference = reference_job(cfg, choices)
-            if reference is not None and "return_mean_100" in results:
-                results["reward_error_pct"] = _reward_error(*reference, cfg.steps, out_dir,
-                                                            tracker, results["return_mean_100"])
-            if getattr(get_class(cfg.scheduler._target_), "actor_pool", False) and state.history:
-                results.update(_time_to_95pct(cfg, choices, out_dir, tracker, state))
+            results.update(reference_metrics(cfg, choices, results, state.history,
+                                             state.history_s, out_dir, tracker, train_twin=run))
     except KeyboardInterrupt:
         tracker.end("KILLED")
         raise
@@ -81,49 +77,6 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
     return {**results, "run_id": tracker.run_id}
 
 
-def _reward_error(reference_cfg: DictConfig, reference_choices: Mapping[str, str], step: int,
-                  out_dir: Path, tracker: Tracker, value: float) -> float:
-    """Against the reference run (`reference_job`: fp32, the replay's own sampler)."""
-    tags = {"numerics_key": numerics_key(reference_cfg),
-            "precision": reference_choices["precision"]}
-    reference = _twin_return(tracker, tags, reference_cfg, reference_choices,
-                             out_dir / "reference")
-    error = reward_error_pct(value, reference)
-    tracker.log_metrics({"reward_error_pct": error, "reward_reference": reference}, step=step)
-    return error
-
-
-def _time_to_95pct(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
-                   tracker: Tracker, state: LoopState) -> dict[str, float]:
-    """ActorQ's Table 4 metric: the loop's wall time until return_mean_100 first reached 95%
-    of the final value of the run with fp32 actors (this run's own, if its actors are fp32)."""
-    reference = state.history[-1][1]
-    if cfg.actors.precision != "fp32":
-        reference = _twin_return(
-            tracker, {"fp32_actors_key": fp32_actors_key(cfg), "actors_precision": "fp32",
-                      "precision": choices["precision"]},
-            OmegaConf.merge(cfg, {"actors": {"precision": "fp32"}}), choices,
-            out_dir / "fp32_actors_reference")
-    metrics = {"reward_fp32_actors": reference}
-    seconds = time_to_reach(state.history, state.history_s, reference, 0.95)
-    if seconds is not None:
-        metrics["time_to_95pct_s"] = seconds
-    tracker.log_metrics(metrics, step=cfg.steps)
-    return metrics
-
-
-def _twin_return(tracker: Tracker, tags: Mapping[str, str], twin: DictConfig,
-                      twin_choices: Mapping[str, str], twin_dir: Path) -> float:
-    """The final return_mean_100 of the finished run with these tags, or of `twin`, trained
-    now when there is none yet (a reference run: fp32, fp32 actors, uniform sampler)."""
-    reference = tracker.find_metric(tags, "return_mean_100")
-    if reference is None:
-        log.info("no reference run %s yet: training it", dict(tags))
-        twin_dir.mkdir(exist_ok=True)
-        reference = run(twin, twin_choices, twin_dir)["return_mean_100"]
-    return reference
-
-
 def _train(
     cfg: DictConfig,
     choices: Mapping[str, str],
@@ -133,41 +86,16 @@ def _train(
     stop: threading.Event,
     name: str,
 ) -> tuple[dict[str, float], LoopState]:
-    platform = instantiate(cfg.platform)
+    """Build the job, log what it is, run its loop from the start or the checkpoint, then
+    evaluate and keep its artifacts."""
+    c = build(cfg)
     if saved is None:
-        tracker.log_params({f"host.{k}": v for k, v in platform.describe().items()})
-    seed_everything(cfg.seed)
-    envs = instantiate(cfg.env)
-    spaces = {"obs_space": envs.single_observation_space, "act_space": envs.single_action_space}
-    learner = instantiate(cfg.algo, **spaces, device=platform.device)
-    precision = instantiate(cfg.precision)
-    step_plan = modeled = None
-    if isinstance(platform, ModeledPlatform):
-        step_plan = modeled = plan_step(learner, platform, precision, instantiate(cfg.partitioner))
-    elif platform.measure_layers and hasattr(learner, "task_graph"):  # MARL learners have none
-        step_plan = plan_measured_step(learner, platform, instantiate(cfg.partitioner), **spaces)
-    if step_plan is not None and saved is None:
-        _log_plan(tracker, step_plan, learner.batch_size, out_dir, name)
-    precision.apply(learner, modeled and modeled.graph, modeled and modeled.plan, platform)
-    replay = instantiate(cfg.replay, **spaces, device=platform.device)
-    actors = instantiate(cfg.actors)
-    state = LoopState()
-    if saved is None:
-        state.obs, _ = envs.reset(seed=cfg.seed)
-        envs.action_space.seed(cfg.seed)
-    else:
-        _restore(saved, envs, learner, replay, state, cfg.seed)
-
-    def save_checkpoint(loop: LoopState) -> Path:
-        path = out_dir / checkpoint.FILENAME
-        checkpoint.save(path, {
-            "config": OmegaConf.to_container(cfg), "choices": dict(choices),
-            "run_id": tracker.run_id, "learner": learner.checkpoint(),
-            "replay": replay.state_dict(), "envs": env_state(envs), "loop": loop,
-            "rng": rng_states(),
-        })
-        return path
-
+        tracker.log_params({f"host.{k}": v for k, v in c.platform.describe().items()})
+        if c.step_plan is not None:
+            _log_plan(tracker, c.step_plan, c.learner.batch_size, out_dir, name)
+    state = _initial_state(c, saved, cfg.seed)
+    save_checkpoint = partial(_save_checkpoint, out_dir / checkpoint.FILENAME, cfg, choices,
+                              tracker, c)
     progress = TrainingProgress(cfg.steps, state.step, name)
 
     def report(step: int, metrics: dict[str, float]) -> None:
@@ -175,27 +103,26 @@ def _train(
         progress.update(step, metrics)
 
     training = Training(
-        envs=envs, learner=learner, replay=replay, precision=precision,
+        envs=c.envs, learner=c.learner, replay=c.replay, precision=c.precision,
         steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
-        report=report, checkpoint=save_checkpoint, stop=stop, actors=actors,
-        make_envs=partial(instantiate, OmegaConf.to_container(cfg.env, resolve=True)),
-        seed=cfg.seed,
+        report=report, checkpoint=save_checkpoint, stop=stop, actors=c.actors,
+        make_envs=c.make_envs, seed=cfg.seed,
     )
     try:
-        results = instantiate(cfg.scheduler).run(training, state)
+        results = c.scheduler.run(training, state)
     finally:
         progress.close()
-        envs.close()
-    if actors.spec.quantized:
-        ptq = ptq_reward_error(learner, actors.spec, lambda: instantiate(cfg.env, n_envs=1),
-                               actors.eval_episodes, cfg.seed)
+        c.envs.close()
+    if c.actors.spec.quantized:
+        ptq = ptq_reward_error(c.learner, c.actors.spec, partial(c.make_envs, n_envs=1),
+                               c.actors.eval_episodes, cfg.seed)
         tracker.log_metrics(ptq, step=state.step)
         results.update(ptq)
     tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
     tracker.log_artifact(learning_curve(state.history, out_dir / "learning_curve.png", name))
     tracker.log_artifact(save_checkpoint(state))
-    if step_plan is not None:
-        results.update(step_plan.metrics(learner.batch_size))
+    if c.step_plan is not None:
+        results.update(c.step_plan.metrics(c.learner.batch_size))
     return results, state
 
 
@@ -210,23 +137,35 @@ def _log_plan(tracker: Tracker, step_plan: StepPlan, batch_size: int, out_dir: P
                                    name))
 
 
-def _restore(
-    saved: dict[str, Any],
-    envs: gym.vector.VectorEnv,
-    learner: Learner,
-    replay: UniformReplay,
-    state: LoopState,
-    seed: int,
-) -> None:
-    learner.restore(saved["learner"])
-    replay.load_state_dict(saved["replay"])
+def _initial_state(c: Components, saved: dict[str, Any] | None, seed: int) -> LoopState:
+    """A fresh loop on freshly reset envs, or the checkpointed one with every component and
+    random generator as it was."""
+    state = LoopState()
+    if saved is None:
+        state.obs, _ = c.envs.reset(seed=seed)
+        c.envs.action_space.seed(seed)
+        return state
+    c.learner.restore(saved["learner"])
+    c.replay.load_state_dict(saved["replay"])
     state.__dict__.update(vars(saved["loop"]))
     if saved["envs"] is not None:
-        load_env_state(envs, saved["envs"])
+        load_env_state(c.envs, saved["envs"])
     else:
         log.warning("this env's state cannot be saved: resumed episodes start afresh")
-        state.obs, _ = envs.reset(seed=seed + state.step)
+        state.obs, _ = c.envs.reset(seed=seed + state.step)
     set_rng_states(saved["rng"])
+    return state
+
+
+def _save_checkpoint(path: Path, cfg: DictConfig, choices: Mapping[str, str],
+                     tracker: Tracker, c: Components, loop: LoopState) -> Path:
+    checkpoint.save(path, {
+        "config": OmegaConf.to_container(cfg), "choices": dict(choices),
+        "run_id": tracker.run_id, "learner": c.learner.checkpoint(),
+        "replay": c.replay.state_dict(), "envs": env_state(c.envs), "loop": loop,
+        "rng": rng_states(),
+    })
+    return path
 
 
 @contextmanager

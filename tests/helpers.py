@@ -11,9 +11,17 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from hetrl import experiment, schema
+from hetrl.build import Components, build
 from hetrl.options import compose_job
 
 schema.register()
+
+
+def build_job(*overrides: str, plan: bool = False) -> Components:
+    """The components `python -m hetrl <overrides>` would train with (its step planned on
+    the platform only with `plan`)."""
+    cfg, _ = compose_job(*overrides)
+    return build(cfg, plan=plan)
 
 
 def run_job(tmp_path: Path, *overrides: str) -> dict:

@@ -16,8 +16,7 @@ from functools import partial
 import numpy as np
 import pytest
 import torch
-from helpers import compose_job, metric_history, mlflow_runs, run_job, tracking_uri
-from hydra.utils import instantiate
+from helpers import build_job, compose_job, metric_history, mlflow_runs, run_job, tracking_uri
 
 from hetrl.actors.pool import ActorError
 from hetrl.actors.process import ProcessActors
@@ -48,12 +47,8 @@ def test_one_fp32_actor_pulling_every_step_learns_like_the_sync_loop(tmp_path):
 
 
 def _learner_and_envs():
-    cfg, _ = compose_job("algo=dqn", "algo.hidden=[256,256]", "env=cartpole")
-    make_envs = partial(instantiate, cfg.env)
-    envs = make_envs()
-    learner = instantiate(cfg.algo, obs_space=envs.single_observation_space,
-                          act_space=envs.single_action_space, device=torch.device("cpu"))
-    return learner, make_envs
+    c = build_job("algo=dqn", "algo.hidden=[256,256]", "env=cartpole")
+    return c.learner, c.make_envs
 
 
 @pytest.mark.parametrize("precision", ["int8", "fp16"])

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from helpers import compose_job, mlflow_runs, run_job
-from hydra.utils import instantiate
+from helpers import build_job, mlflow_runs, run_job
 
 from hetrl.partition.flops import PAPER_KINDS, per_sample_flops
 
@@ -29,22 +28,17 @@ def test_ppo_mspacman_runs_a_cnn_policy_and_critic(tmp_path):
     result = run_job(tmp_path, "algo=ppo", "env=mspacman", "steps=256", "env.n_envs=2",
                      "algo.n_steps=64", "algo.batch_size=64", "algo.n_epochs=1", "log_every=128")
     assert result["updates"] == 2 * 2  # two rollouts of 128, two minibatches each
-    cfg, _ = compose_job("algo=ppo", "env=mspacman")
-    envs = instantiate(cfg.env)
-    learner = instantiate(cfg.algo, obs_space=envs.single_observation_space,
-                          act_space=envs.single_action_space, device=torch.device("cpu"))
-    envs.close()
+    c = build_job("algo=ppo", "env=mspacman")
+    c.envs.close()
+    learner = c.learner
     assert isinstance(learner.actor.net[1], torch.nn.Conv2d)  # [0] scales the uint8 frames
     graph = learner.task_graph(256)
     assert per_sample_flops(graph, 256, PAPER_KINDS) > 50e6  # AP-DRL: 106.23 M (shared trunk)
 
 
 def test_frames_are_stored_as_bytes_and_returns_are_the_unclipped_score():
-    cfg, _ = compose_job("algo=dqn", "env=mspacman")
-    envs = instantiate(cfg.env)
-    replay = instantiate(cfg.replay, obs_space=envs.single_observation_space,
-                         act_space=envs.single_action_space, device=torch.device("cpu"),
-                         capacity=64)
+    c = build_job("algo=dqn", "env=mspacman", "algo.buffer_size=64", "algo.batch_size=32")
+    envs, replay = c.envs, c.replay
     obs, _ = envs.reset(seed=0)
     envs.action_space.seed(0)
     rewards, episode_return = [], None

@@ -6,8 +6,7 @@ import json
 
 import numpy as np
 import torch
-from helpers import compose_job, mlflow_runs, run_job
-from hydra.utils import instantiate
+from helpers import build_job, mlflow_runs, run_job
 
 from hetrl.partition.graph import Kind, Pass
 from hetrl.platform.measure import measure_step
@@ -15,13 +14,9 @@ from hetrl.seeding import rng_states
 
 
 def _learner(*overrides: str):
-    cfg, _ = compose_job(*overrides)
-    envs = instantiate(cfg.env)
-    spaces = (envs.single_observation_space, envs.single_action_space)
-    envs.close()
-    learner = instantiate(cfg.algo, obs_space=spaces[0], act_space=spaces[1],
-                          device=torch.device("cpu"))
-    return learner, spaces
+    c = build_job(*overrides)
+    c.envs.close()
+    return c.learner, tuple(c.spaces.values())
 
 
 def _seconds(learner, spaces) -> dict[str, float]:

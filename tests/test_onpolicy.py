@@ -8,8 +8,7 @@ from contextlib import nullcontext
 
 import pytest
 import torch
-from helpers import compose_job, metric_history, run_job
-from hydra.utils import instantiate
+from helpers import build_job, compose_job, metric_history, run_job
 
 from hetrl import experiment
 from hetrl.progress import TrainingProgress
@@ -77,10 +76,7 @@ def test_phases_are_timed_and_the_schedule_covers_the_rollout(tmp_path):
 
 @pytest.mark.parametrize("env", ["cartpole", "pendulum"])
 def test_task_graph_runs_actor_and_critic_through_one_loss(env):
-    cfg, _ = compose_job("algo=ppo", f"env={env}")
-    envs = instantiate(cfg.env)
-    learner = instantiate(cfg.algo, obs_space=envs.single_observation_space,
-                          act_space=envs.single_action_space, device=torch.device("cpu"))
+    learner = build_job("algo=ppo", f"env={env}").learner
     graph = learner.task_graph(learner.batch_size)
     passes = Counter((node.network, node.pass_.value) for node in graph.nodes)
     # each tanh MLP: 3 Linear + 2 Tanh forward and backward, 3 weight updates

@@ -8,12 +8,10 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import compose_job, mlflow_runs, run_job
-from hydra.utils import instantiate
+from helpers import build_job, mlflow_runs, run_job
 
 from hetrl.partition.graph import Kind, Pass
 from hetrl.partition.objective import objective
-from hetrl.partition.planning import plan_step
 from hetrl.partition.single import SinglePartitioner
 from hetrl.schema import ConfigError
 
@@ -22,13 +20,9 @@ TINY = ("steps=300", "algo.learning_starts=100", "algo.train_freq=4", "algo.grad
 
 
 def _planned(*overrides: str):
-    cfg, _ = compose_job(*overrides)
-    platform, precision = instantiate(cfg.platform), instantiate(cfg.precision)
-    envs = instantiate(cfg.env)
-    learner = instantiate(cfg.algo, obs_space=envs.single_observation_space,
-                          act_space=envs.single_action_space, device=torch.device("cpu"))
-    return learner, platform, precision, plan_step(learner, platform, precision,
-                                                   instantiate(cfg.partitioner))
+    """The learner (the precision policy applied by its plan), platform, precision, plan."""
+    c = build_job(*overrides, plan=True)
+    return c.learner, c.platform, c.precision, c.step_plan
 
 
 def test_a_versal_mixed_job_logs_the_plan_and_modeled_figures(tmp_path, client):
@@ -66,7 +60,6 @@ def test_a_baseline_on_slower_fabric_is_data():
 def test_mixed_runs_each_layer_in_the_dtype_of_its_device():
     learner, platform, precision, step = _planned("algo=ddpg", "platform=versal",
                                                   "precision=mixed", "algo.hidden=[64,64]")
-    precision.apply(learner, step.graph, step.plan, platform)
     expected = {"ps": torch.float32, "pl": torch.float16, "aie": torch.bfloat16}
     seen: dict[tuple[str, str], torch.dtype] = {}
     layers = [(n, step.plan.devices[k]) for n, k in zip(step.graph.nodes, step.plan.assignment)

@@ -8,8 +8,7 @@ import io
 import gymnasium as gym
 import pytest
 import torch
-from helpers import compose_job, metric_history, mlflow_runs, run_job
-from hydra.utils import instantiate
+from helpers import build_job, compose_job, metric_history, mlflow_runs, run_job
 from torch import nn
 
 from hetrl.algos.base import Batch
@@ -171,14 +170,8 @@ def test_compressed_payload_round_trips_and_is_four_times_smaller():
 
 
 def _dqn(*overrides: str):
-    cfg, _ = compose_job("algo=dqn", "algo.hidden=[32,32]", "algo.batch_size=16",
-                         "algo.target_update_interval=3", *overrides)
-    torch.manual_seed(0)
-    envs = instantiate(cfg.env)
-    learner = instantiate(cfg.algo, obs_space=envs.single_observation_space,
-                          act_space=envs.single_action_space, device=torch.device("cpu"))
-    instantiate(cfg.precision).apply(learner, None, None, None)
-    return learner
+    return build_job("algo=dqn", "algo.hidden=[32,32]", "algo.batch_size=16",
+                     "algo.target_update_interval=3", *overrides).learner
 
 
 def _train(learner, updates: int = 8):

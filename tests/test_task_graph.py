@@ -8,9 +8,7 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
-from helpers import compose_job
-from hydra.utils import instantiate
+from helpers import build_job
 from torch import nn
 
 from hetrl.algos.networks import Actor, QCritic, frozen_copy, mlp, nature_cnn
@@ -24,12 +22,9 @@ BATCH = 32
 
 def breakout(batch: int) -> TaskGraph:
     """The graph of the DQN learner a job builds for env=breakout: the Nature CNN on frames."""
-    cfg, _ = compose_job("algo=dqn", "env=breakout", f"algo.batch_size={batch}")
-    envs = instantiate(cfg.env)
-    learner = instantiate(cfg.algo, obs_space=envs.single_observation_space,
-                          act_space=envs.single_action_space, device=torch.device("cpu"))
-    envs.close()
-    return learner.task_graph(batch)
+    c = build_job("algo=dqn", "env=breakout", f"algo.batch_size={batch}")
+    c.envs.close()
+    return c.learner.task_graph(batch)
 
 
 def cartpole(batch: int, double_dqn: bool = False) -> TaskGraph:
@@ -118,14 +113,6 @@ def test_flops_scale_with_the_batch_and_updates_do_not(build):
         assert (a.name, b.flops, b.bytes_in) == (b.name, factor * a.flops, factor * a.bytes_in)
 
 
-def _spaces(algo: str) -> dict[str, gym.Space]:
-    if algo == "dqn":
-        return {"obs_space": gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
-                "act_space": gym.spaces.Discrete(2)}
-    return {"obs_space": gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
-            "act_space": gym.spaces.Box(-2.0, 2.0, (1,), np.float32)}
-
-
 # forward passes of each network in one step (critic: critic loss and actor loss)
 PASSES = {
     "dqn": {"q": 1, "q_target": 1},
@@ -137,8 +124,7 @@ PASSES = {
 
 @pytest.mark.parametrize("algo", PASSES)
 def test_the_learners_graph_has_a_node_per_real_layer_pass(algo):
-    cfg, _ = compose_job(f"algo={algo}")
-    learner = instantiate(cfg.algo, **_spaces(algo), device=torch.device("cpu"))
+    learner = build_job(f"algo={algo}").learner
     graph = learner.task_graph(BATCH)
     forwards = Counter(n.network for n in graph.nodes
                        if n.pass_ is Pass.forward and n.kind is not Kind.loss)

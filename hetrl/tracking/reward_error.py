@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
-from typing import Mapping, Sequence
-
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from hetrl.options import option_node
+from hetrl.tracking.base import Tracker
+
+log = logging.getLogger("hetrl")
+
+TrainTwin = Callable[[DictConfig, Mapping[str, str], Path], Mapping[str, Any]]
+"""Trains a twin job (config, choices, output dir) and returns its final metrics."""
 
 NOT_NUMERICS = ("precision", "platform", "partitioner", "tracking", "resume", "log_every",
                 "checkpoint_every", "device")
@@ -70,3 +78,58 @@ def time_to_reach(history: Sequence[tuple[int, float]], history_s: Sequence[floa
         if value >= target:
             return seconds
     return None
+
+
+def reference_metrics(cfg: DictConfig, choices: Mapping[str, str], results: Mapping[str, float],
+                      history: Sequence[tuple[int, float]], history_s: Sequence[float],
+                      out_dir: Path, tracker: Tracker, train_twin: TrainTwin
+                      ) -> dict[str, float]:
+    """The metrics that compare a finished job with its twins, logged at the last step:
+    `reward_error_pct` against the reference run (`reference_job`), and for a run with an
+    actor pool `time_to_95pct_s` against the run with fp32 actors."""
+    metrics: dict[str, float] = {}
+    reference = reference_job(cfg, choices)
+    if reference is not None and "return_mean_100" in results:
+        twin_cfg, twin_choices = reference
+        tags = {"numerics_key": numerics_key(twin_cfg), "precision": twin_choices["precision"]}
+        value = twin_return(tracker, tags, twin_cfg, twin_choices, out_dir / "reference",
+                            train_twin)
+        metrics["reward_error_pct"] = reward_error_pct(results["return_mean_100"], value)
+        metrics["reward_reference"] = value
+    if getattr(get_class(cfg.scheduler._target_), "actor_pool", False) and history:
+        metrics.update(_time_to_95pct(cfg, choices, history, history_s, out_dir, tracker,
+                                      train_twin))
+    if metrics:
+        tracker.log_metrics(metrics, step=cfg.steps)
+    return metrics
+
+
+def _time_to_95pct(cfg: DictConfig, choices: Mapping[str, str],
+                   history: Sequence[tuple[int, float]], history_s: Sequence[float],
+                   out_dir: Path, tracker: Tracker, train_twin: TrainTwin) -> dict[str, float]:
+    """ActorQ's Table 4 metric: the loop's wall time until return_mean_100 first reached 95%
+    of the final value of the run with fp32 actors (this run's own, if its actors are fp32)."""
+    reference = history[-1][1]
+    if cfg.actors.precision != "fp32":
+        reference = twin_return(
+            tracker, {"fp32_actors_key": fp32_actors_key(cfg), "actors_precision": "fp32",
+                      "precision": choices["precision"]},
+            OmegaConf.merge(cfg, {"actors": {"precision": "fp32"}}), choices,
+            out_dir / "fp32_actors_reference", train_twin)
+    metrics = {"reward_fp32_actors": reference}
+    seconds = time_to_reach(history, history_s, reference, 0.95)
+    if seconds is not None:
+        metrics["time_to_95pct_s"] = seconds
+    return metrics
+
+
+def twin_return(tracker: Tracker, tags: Mapping[str, str], twin: DictConfig,
+                twin_choices: Mapping[str, str], twin_dir: Path, train_twin: TrainTwin) -> float:
+    """The final return_mean_100 of the finished run with these tags, or of `twin`, trained
+    now when there is none yet (a reference run: fp32, fp32 actors, uniform sampler)."""
+    reference = tracker.find_metric(tags, "return_mean_100")
+    if reference is None:
+        log.info("no reference run %s yet: training it", dict(tags))
+        twin_dir.mkdir(exist_ok=True)
+        reference = train_twin(twin, twin_choices, twin_dir)["return_mean_100"]
+    return reference
