@@ -83,8 +83,10 @@ class IlpPartitioner:
     def _realized(self, assignment: list[int], start: list[float], total: float, status: str,
                   costs: CostTable, heuristics: list[Plan]) -> Plan:
         """The shortest schedule of `assignment` (upward-rank or `start` order) or of a
-        heuristic's plan, with the solver's objective: `total` is the disjunctive model's T;
-        the other model's T is recomputed exactly."""
+        heuristic's plan, with the solver's objective: `total` is the disjunctive model's T,
+        lowered to the plan's makespan where a time-limited incumbent's T is longer (every
+        realized schedule that fits is a point of that model); the other model's T is
+        recomputed exactly."""
         value = total if self.disjunctive else objective(costs, assignment, self.communication)
         schedules = [list_schedule(costs, assignment),
                      list_schedule(costs, assignment, priority_order(costs.graph, start))]
@@ -94,6 +96,8 @@ class IlpPartitioner:
         if shorter.makespan < plan.makespan * (1 - 1e-9):
             plan = replace(shorter, objective=value, method=self.method,
                            status=f"{status}; realized by {shorter.method}")
+        if self.disjunctive and plan.makespan < value:
+            plan = replace(plan, objective=plan.makespan)
         return plan
 
 
