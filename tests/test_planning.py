@@ -113,8 +113,8 @@ def test_pl_luts_taken_by_aie_nodes_count_against_the_pl(job):
     assert aie_only.status.startswith("resource-infeasible: lut")
 
 
-def test_a_plan_that_no_lut_budget_fits_is_infeasible():
-    """With the PS kept from matmuls, every layer takes ≥ 1,000 PL LUTs on the PL or the AIE:
+def test_a_lut_budget_that_no_plan_fits_is_reported_infeasible():
+    """With the PS kept from matmuls, every matmul takes ≥ 1,000 PL LUTs on the PL or the AIE:
     2,500 fit no DQN step."""
     with pytest.raises(ValueError, match="resource capacities"):
         _planned("algo=dqn", "platform=versal", "precision=mixed",
