@@ -92,7 +92,7 @@ def test_capacity_binds() -> None:
     graph.edges = []
     seconds = np.array([[100.0, 10.0]] * 4) * US
     costs = CostTable(graph, ["d0", "d1"], seconds, np.zeros((0, 2, 2)),
-                      {"dsp": np.array([[0.0, 1.0]] * 4)}, {"dsp": np.array([np.inf, 2.0])})
+                      {"dsp": np.array([[0.0, 1.0]] * 4)}, {"dsp": 2.0})
     plan = IlpPartitioner().partition(costs)
     assert plan.assignment.count(1) == 2
     assert plan.objective == pytest.approx(200 * US) == pytest.approx(brute_force(costs))
@@ -102,11 +102,30 @@ def test_capacity_binds() -> None:
 
 def test_no_feasible_assignment_is_named() -> None:
     costs = costs_for(0, 5)
-    costs.capacity = {r: np.zeros(3) for r in costs.capacity}
+    costs.capacity = dict.fromkeys(costs.capacity, 0.0)
     costs.usage = {r: np.ones((5, 3)) for r in costs.usage}
     with pytest.raises(ValueError, match="resource capacities"):
         IlpPartitioner().partition(costs)
     assert HeftPartitioner().partition(costs).status.startswith("resource-infeasible")
+
+
+def test_a_resource_counts_wherever_its_users_are_placed() -> None:
+    """Two independent nodes that may run only on d1 or d2 each take one "lut", which lives on
+    d1, on either device (as an AIE node takes PL LUTs): room for two fits both, room for one
+    fits no assignment."""
+    graph = random_dag(np.random.default_rng(0), 2, width=2)
+    seconds = np.array([[np.inf, 20.0, 10.0], [np.inf, 10.0, 20.0]]) * US
+    costs = CostTable(graph, ["d0", "d1", "d2"], seconds, np.zeros((0, 3, 3)),
+                      {"lut": np.array([[0.0, 1.0, 1.0]] * 2)}, {"lut": 2.0})
+    plan = IlpPartitioner().partition(costs)
+    assert plan.status == "Optimal" and plan.assignment == [2, 1]
+    costs.capacity = {"lut": 1.0}
+    assert resource_violations(costs, plan.assignment) == ["lut: 2 > 1"]
+    with pytest.raises(ValueError, match="resource capacities"):
+        IlpPartitioner().partition(costs)
+    assert HeftPartitioner().partition(costs).status.startswith("resource-infeasible")
+    for device in ("d1", "d2"):
+        assert SinglePartitioner(device).partition(costs).status.startswith("resource-infeasible")
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

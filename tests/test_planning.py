@@ -11,7 +11,7 @@ import torch
 from helpers import build_job, mlflow_runs, run_job
 
 from hetrl.partition.graph import Kind, Pass
-from hetrl.partition.objective import objective
+from hetrl.partition.objective import objective, resource_violations
 from hetrl.partition.single import SinglePartitioner
 from hetrl.schema import ConfigError
 
@@ -89,6 +89,30 @@ def test_the_ilp_beats_or_ties_every_single_device_plan(job):
                   for i in range(len(costs.graph.nodes))]
         assert best <= objective(costs, single) * (1 + 1e-6)
     assert step.plan.makespan >= step.plan.objective * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("job", [("algo=dqn",), ("algo=ddpg", "algo.hidden=[400,300]")])
+def test_pl_luts_taken_by_aie_nodes_count_against_the_pl(job):
+    """Spec A.2.5: an AIE node takes PL LUTs for its PLIO movers. With the PL cut to 2,500 LUTs
+    the plan's nodes take at most that in all, and the AIE-only baseline does not fit."""
+    *_, step = _planned(*job, "platform=versal", "precision=mixed",
+                        "platform.devices.pl.capacity.lut=2500")
+    costs, plan = step.costs, step.plan
+    assert plan.status.startswith("Optimal")
+    luts = sum(costs.usage["lut"][i, k] for i, k in enumerate(plan.assignment))
+    assert luts <= costs.capacity["lut"] == 2500
+    assert resource_violations(costs, plan.assignment) == []
+    aie_only = SinglePartitioner("aie").partition(costs)
+    assert aie_only.status.startswith("resource-infeasible: lut")
+
+
+def test_a_lut_budget_that_no_plan_fits_is_reported_infeasible():
+    """With the PS kept from matmuls, every matmul takes ≥ 1,000 PL LUTs on the PL or the AIE:
+    2,500 fit no DQN step."""
+    with pytest.raises(ValueError, match="resource capacities"):
+        _planned("algo=dqn", "platform=versal", "precision=mixed",
+                 "platform.devices.pl.capacity.lut=2500",
+                 "platform.devices.ps.runs=[elementwise,loss,optimizer]")
 
 
 def test_mixed_precision_on_the_host_fails_and_names_what_to_choose(tmp_path):

@@ -105,7 +105,7 @@ def test_cost_table_shapes_dtypes_and_resources(versal):
     assert table.comm[0, 1, 0] == pytest.approx(versal.edge_seconds(2.0 * 64 * 64, "pl", "ps"))
     assert table.usage["tiles"][0].tolist() == [0, 0, 8]
     assert table.usage["lut"][0, 2] > 0  # an AIE node takes PL LUTs for its PLIO movers
-    assert table.capacity["dsp"].tolist() == [math.inf, 1312, math.inf]
+    assert table.capacity["dsp"] == 1312 and table.capacity["tiles"] == 304
 
 
 def test_fp16_layers_fetch_master_weights_each_forward_and_write_them_back_at_the_update(versal):

@@ -15,8 +15,10 @@ class CostTable:
 
     `seconds[i, k]` is node i's time on device k (np.inf where i may not run on k);
     `comm[e, k, l]` is the transfer time of edge e from device k to device l (0 on k == l);
-    `usage[r][i, k]` is node i's use of resource r on device k and `capacity[r][k]` its
-    capacity (np.inf where unconstrained).
+    `usage[r][i, k]` is what node i takes of resource r when placed on device k, whichever
+    device r lives on (an AIE node takes PL LUTs for its data movers), and `capacity[r]` is
+    the amount of r there is. So a plan fits when, for every r, all its nodes together take
+    at most `capacity[r]` (`objective.resource_use`).
     """
 
     graph: TaskGraph
@@ -24,7 +26,7 @@ class CostTable:
     seconds: np.ndarray  # (n_nodes, n_devices)
     comm: np.ndarray  # (n_edges, n_devices, n_devices)
     usage: dict[str, np.ndarray]  # resource -> (n_nodes, n_devices)
-    capacity: dict[str, np.ndarray]  # resource -> (n_devices,)
+    capacity: dict[str, float]  # resource -> amount (np.inf: unconstrained)
 
 
 @dataclass

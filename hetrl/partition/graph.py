@@ -48,9 +48,6 @@ class TaskGraph:
     nodes: list[Node] = field(default_factory=list)
     edges: list[Edge] = field(default_factory=list)
 
-    def preds(self, i: int) -> list[int]:
-        return [e.src for e in self.edges if e.dst == i]
-
     def succs(self, i: int) -> list[int]:
         return [e.dst for e in self.edges if e.src == i]
 

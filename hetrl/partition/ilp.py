@@ -23,7 +23,8 @@ class IlpPartitioner:
 
         (2) min T   (3) T ≥ S_i + Σ_k x_ik t_ik   (4) Σ_k x_ik = 1
         (5) S_j ≥ S_i + Σ_k x_ik t_ik  ∀ (i, j) ∈ E   (6) T ≥ Σ_i x_ik t_ik  ∀ k
-        (7) Σ_i x_ik r_ik ≤ R_k  ∀ k, one per resource type r (infinite capacities omitted)
+        (7) Σ_i Σ_k x_ik r_ik ≤ R_r  ∀ r, one per resource: a node's use of r counts wherever
+            it is placed ("AIE nodes also use some PL resource", spec A.2.5; infinite R omitted)
         x binary, S ≥ 0 continuous; x_ik does not exist (is fixed to 0) where t_ik = inf.
 
     `communication` adds Ext. 1 to (5): + Σ_{k≠l} c_e^{kl} y_e^{kl}, y_e^{kl} ≥ x_ik + x_jl − 1,
@@ -66,8 +67,7 @@ class IlpPartitioner:
         model.problem.solve(_cbc(self.time_limit_s, warm_start=heft.status == "ok"))
         solution = model.problem.sol_status
         if solution == pulp.LpSolutionInfeasible:
-            raise ValueError("no assignment fits the resource capacities "
-                             f"{ {r: c.tolist() for r, c in costs.capacity.items()} }")
+            raise ValueError(f"no assignment fits the resource capacities {costs.capacity}")
         heuristics = [plan for plan in (heft, *(SinglePartitioner(device).partition(costs)
                                                 for device in costs.devices))
                       if plan.status == "ok"]
@@ -83,8 +83,10 @@ class IlpPartitioner:
     def _realized(self, assignment: list[int], start: list[float], total: float, status: str,
                   costs: CostTable, heuristics: list[Plan]) -> Plan:
         """The shortest schedule of `assignment` (upward-rank or `start` order) or of a
-        heuristic's plan, with the solver's objective: `total` is the disjunctive model's T;
-        the other model's T is recomputed exactly."""
+        heuristic's plan, with the solver's objective: `total` is the disjunctive model's T,
+        lowered to the plan's makespan where a time-limited incumbent's T is longer (every
+        realized schedule that fits is a point of that model); the other model's T is
+        recomputed exactly."""
         value = total if self.disjunctive else objective(costs, assignment, self.communication)
         schedules = [list_schedule(costs, assignment),
                      list_schedule(costs, assignment, priority_order(costs.graph, start))]
@@ -94,6 +96,8 @@ class IlpPartitioner:
         if shorter.makespan < plan.makespan * (1 - 1e-9):
             plan = replace(shorter, objective=value, method=self.method,
                            status=f"{status}; realized by {shorter.method}")
+        if self.disjunctive and plan.makespan < value:
+            plan = replace(plan, objective=plan.makespan)
         return plan
 
 
@@ -124,10 +128,11 @@ class _Model:
         for k in range(n_devices):
             on_k = np.flatnonzero(allowed[:, k])
             p += self.T >= pulp.lpSum(t[i, k] * self.x[i, k] for i in on_k), f"eq6_{k}"
-            for r, capacity in costs.capacity.items():
-                if np.isfinite(capacity[k]):
-                    p += (pulp.lpSum(costs.usage[r][i, k] * self.x[i, k] for i in on_k)
-                          <= capacity[k]), f"eq7_{r}_{k}"
+        for r, capacity in costs.capacity.items():
+            if np.isfinite(capacity):
+                use = costs.usage[r]
+                p += (pulp.lpSum(use[i, k] * x for (i, k), x in self.x.items() if use[i, k])
+                      <= capacity), f"eq7_{r}"
         self.order: dict[tuple[int, int], pulp.LpVariable] = {}
         if disjunctive:
             self._forbid_overlap(t)

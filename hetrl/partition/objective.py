@@ -26,19 +26,18 @@ def runnable(costs: CostTable) -> np.ndarray:
 
 
 def resource_use(costs: CostTable, assignments: np.ndarray) -> dict[str, np.ndarray]:
-    """Each resource's use per device, (m, n_devices), for each row of `assignments` (m, n)."""
+    """Each resource's total use, (m,), for each row of `assignments` (m, n): what every node
+    takes of it on the device it is placed on, whichever device the resource lives on."""
     a = np.atleast_2d(assignments)
-    on = a[:, :, None] == np.arange(len(costs.devices))  # (m, n, K)
     nodes = np.arange(a.shape[1])
-    return {r: np.where(on, use[nodes, a][:, :, None], 0.0).sum(axis=1)
-            for r, use in costs.usage.items()}
+    return {r: use[nodes, a].sum(axis=1) for r, use in costs.usage.items()}
 
 
 def resource_violations(costs: CostTable, assignment: Sequence[int]) -> list[str]:
-    """Human-readable 'resource on device: used > capacity' for every violated capacity."""
-    return [f"{r} on {costs.devices[k]}: {used[0, k]:g} > {costs.capacity[r][k]:g}"
+    """Human-readable 'resource: used > capacity' for every exceeded capacity."""
+    return [f"{r}: {used[0]:g} > {costs.capacity[r]:g}"
             for r, used in resource_use(costs, np.asarray(assignment)).items()
-            for k in range(len(costs.devices)) if used[0, k] > costs.capacity[r][k]]
+            if used[0] > costs.capacity[r]]
 
 
 def objectives(costs: CostTable, assignments: np.ndarray, communication: bool = True) -> np.ndarray:
@@ -61,7 +60,7 @@ def objectives(costs: CostTable, assignments: np.ndarray, communication: bool = 
     load = np.where(on, duration[:, :, None], 0.0).sum(axis=1)  # (m, K)
     total = np.maximum(finish.max(axis=1), load.max(axis=1))
     for r, used in resource_use(costs, a).items():
-        total[(used > costs.capacity[r]).any(axis=1)] = np.inf
+        total[used > costs.capacity[r]] = np.inf
     return total
 
 

@@ -39,9 +39,11 @@ def random_costs(rng: np.random.Generator, n_nodes: int, n_devices: int = 3, wid
                  forbid_p: float = 0.2, tightness: float = 0.6) -> CostTable:
     """A cost table with t ∈ [1, 100] µs and comm ∈ [0, 30] µs (0 on one device).
 
-    Device 0 takes every node and is unconstrained, so a feasible assignment always exists.
-    Every other device refuses a node with probability `forbid_p` (seconds = inf) and has two
-    resources, "dsp" and "tiles", each with capacity `tightness` × the usage of all nodes.
+    Device 0 takes every node and uses no resource, so a feasible assignment always exists.
+    Every other device refuses a node with probability `forbid_p` (seconds = inf). There are two
+    resources, "dsp" and "tiles": a node on any device but 0 takes some of both (as an AIE node
+    takes PL LUTs), each with capacity `tightness` × all nodes' use on the device where that
+    is largest.
     """
     graph = random_dag(rng, n_nodes, width)
     seconds = rng.uniform(1, 100, (n_nodes, n_devices)) * US
@@ -52,6 +54,5 @@ def random_costs(rng: np.random.Generator, n_nodes: int, n_devices: int = 3, wid
     for resource in ("dsp", "tiles"):
         usage[resource] = rng.uniform(0, 10, (n_nodes, n_devices))
         usage[resource][:, 0] = 0.0
-        capacity[resource] = tightness * usage[resource].sum(axis=0)
-        capacity[resource][0] = np.inf
+        capacity[resource] = tightness * float(usage[resource].sum(axis=0).max())
     return CostTable(graph, [f"d{k}" for k in range(n_devices)], seconds, comm, usage, capacity)

@@ -107,10 +107,9 @@ class ModeledPlatform:
 
         `seconds` includes the master-weight sync of fp16 nodes unless `master_weight_sync` is
         off. An edge moves its bytes in the dtype its source node computes in on the source
-        device. A resource is owned by the one device whose `capacity` has it (np.inf in the
-        other columns), and `usage[r][i, k]` is what node i takes from r's owner when placed
-        on k; so a partitioner that honours cross-device use (AIE nodes taking PL LUTs) sums
-        `usage[r][i, k] * x[i, k]` over all k against the owner's capacity.
+        device. A resource lives on the one device whose `capacity` names it, and
+        `usage[r][i, k]` is what node i takes of r when placed on k, on r's device or another
+        (an AIE node takes PL LUTs for its PLIO movers): all of it counts against `capacity[r]`.
         """
         nodes, names = graph.nodes, self.devices
         dtypes = [[dtype_for(node, name) for name in names] for node in nodes]
@@ -126,12 +125,11 @@ class ModeledPlatform:
             for edge in graph.edges
         ]).reshape(len(graph.edges), len(names), len(names))
         specs = list(self.specs.values())
-        resources = [resource for spec in specs for resource in spec.capacity]
-        capacity = {r: np.array([spec.capacity.get(r, np.inf) for spec in specs]) for r in resources}
+        capacity = {r: float(amount) for spec in specs for r, amount in spec.capacity.items()}
         usage = {
             r: np.array([[float(spec.usage.get(node.kind, {}).get(r, 0.0)) for spec in specs]
                          for node in nodes]).reshape(len(nodes), len(names))
-            for r in resources
+            for r in capacity
         }
         return CostTable(graph, list(names), seconds, comm, usage, capacity)
 
