@@ -26,12 +26,12 @@ from hetrl.progress import TrainingProgress
 from hetrl.replay.uniform import UniformReplay
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState
-from hetrl.schema import validate
 from hetrl.seeding import rng_states, seed_everything, set_rng_states
 from hetrl.tracking.base import Tracker
 from hetrl.tracking.plots import gantt, learning_curve
 from hetrl.tracking.reward_error import (fp32_actors_key, numerics_key, reference_job,
                                          reward_error_pct, time_to_reach)
+from hetrl.validation import validate
 
 log = logging.getLogger("hetrl")
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from hetrl import experiment, schema
+from hetrl import experiment
+from hetrl.config.store import register
 from hetrl.options import compose_job
 
-schema.register()
+register()
 
 
 def run_job(tmp_path: Path, *overrides: str) -> dict:

@@ -12,10 +12,11 @@ from helpers import compose_job, metric_history, run_job
 from hydra.utils import instantiate
 
 from hetrl import experiment
+from hetrl.config.errors import ConfigError
 from hetrl.progress import TrainingProgress
 from hetrl.replay.rollout import gae
 from hetrl.scheduler.context import Stopped
-from hetrl.schema import ConfigError, validate
+from hetrl.validation import validate
 
 FAST = ("tracking=none",)
 

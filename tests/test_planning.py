@@ -11,11 +11,11 @@ import torch
 from helpers import compose_job, mlflow_runs, run_job
 from hydra.utils import instantiate
 
+from hetrl.config.errors import ConfigError
 from hetrl.partition.graph import Kind, Pass
 from hetrl.partition.objective import objective
 from hetrl.partition.planning import plan_step
 from hetrl.partition.single import SinglePartitioner
-from hetrl.schema import ConfigError
 
 TINY = ("steps=300", "algo.learning_starts=100", "algo.train_freq=4", "algo.gradient_steps=1",
         "algo.hidden=[32,32]", "algo.batch_size=32", "log_every=100")

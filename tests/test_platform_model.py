@@ -12,10 +12,11 @@ import pytest
 from helpers import compose_job
 from hydra.utils import instantiate
 
+from hetrl.config.errors import ConfigError
 from hetrl.options import group_options
 from hetrl.partition.graph import Edge, Kind, Node, Pass, TaskGraph
 from hetrl.platform.model import ModeledPlatform
-from hetrl.schema import ConfigError, validate
+from hetrl.validation import validate
 
 MODELED = [name for name in group_options("platform") if name != "host"]
 

@@ -7,7 +7,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-from hetrl.schema import ActionSpace, ConfigError
+from hetrl.config.enums import ActionSpace
+from hetrl.config.errors import ConfigError
 
 
 def make_vector_env(

@@ -16,7 +16,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from hetrl.schema import ConfigError, ReturnDefinition
+from hetrl.config.enums import ReturnDefinition
+from hetrl.config.errors import ConfigError
 
 
 def mpe_kwargs(id: str, n_agents: int) -> dict[str, int]:
