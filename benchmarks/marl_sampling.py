@@ -64,8 +64,6 @@ SAMPLERS = {  # name -> replay overrides
     "prio_locality": ("replay/sampler=prioritized_locality",),
 }
 END_TO_END = ("uniform", "locality 16x64")
-PAPER_CADENCE = ("algo.train_freq=100", "algo.batch_size=1024", "algo.hidden=[64,64]")
-"""The paper's settings, over the CI budget of conf/tuned/maddpg_simple_spread.yaml."""
 LAYOUTS = ("per_agent", "joint")
 
 # the paper's figures (extract B.4), MADDPG
@@ -86,7 +84,7 @@ def build(env: str, n_agents: int, layout: str, sampler: str, fill: int):
     """The env, MADDPG learner and a replay filled with `fill` transitions of its shapes."""
     cfg, _ = compose_job("algo=maddpg", f"env={env}", f"env.n_agents={n_agents}",
                          f"replay={layout}", *SAMPLERS[sampler], "tracking=none",
-                         f"algo.buffer_size={max(fill, 1024)}", *PAPER_CADENCE)
+                         f"algo.buffer_size={max(fill, 1024)}")  # algo=maddpg: the paper's
     envs = instantiate(cfg.env)
     spaces = {"obs_space": envs.single_observation_space, "act_space": envs.single_action_space}
     replay = instantiate(cfg.replay, **spaces, device=torch.device("cpu"))
