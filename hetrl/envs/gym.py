@@ -19,7 +19,7 @@ def make_vector_env(
     flatten_observation: bool = False,
     clip_rewards: bool = False,
     kwargs: dict[str, Any] | None = None,
-    agents: str = "single",  # declared for the config checks (schema.validate)
+    agents: str = "single",  # declared for the config checks (hetrl.validation)
 ) -> gym.vector.VectorEnv:
     """`n_envs` copies of a registered gymnasium env, with episode statistics recorded.
 

@@ -45,7 +45,7 @@ class MpeVectorEnv:
         n_envs: int = 1,
         max_cycles: int = 25,
         returns: str = "team_sum",
-        action_space: str = "discrete",  # declared for the config checks (schema.validate)
+        action_space: str = "discrete",  # declared for the config checks (hetrl.validation)
         agents: str = "multi",  # likewise
         kwargs: dict[str, Any] | None = None,
     ) -> None:
