@@ -37,7 +37,8 @@ from pathlib import Path
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hetrl import experiment, schema  # noqa: E402
+from hetrl import experiment  # noqa: E402
+from hetrl.config.store import register  # noqa: E402
 from hetrl.options import compose_job  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -121,7 +122,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.precisions[0] != "fp32":
         parser.error("--precisions must start with fp32 (the twin the others are timed against)")
-    schema.register()
+    register()
     print(f"host: {os.cpu_count()} cores; load average at start {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
         for task in args.tasks:

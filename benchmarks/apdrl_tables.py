@@ -35,8 +35,8 @@ import numpy as np
 import torch
 from hydra.utils import instantiate
 
-from hetrl import schema
 from hetrl.algos.base import Learner
+from hetrl.config.store import register
 from hetrl.options import compose_job
 from hetrl.partition.costs import Plan
 from hetrl.partition.flops import PAPER_KINDS, per_sample_flops
@@ -57,7 +57,7 @@ GraphAt = Callable[[int], TaskGraph]
 
 def job_config(*overrides: str):
     """The job config `python -m hetrl <overrides>` would get (device=cpu: nothing runs)."""
-    schema.register()
+    register()
     return compose_job("device=cpu", *overrides)[0]
 
 

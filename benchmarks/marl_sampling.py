@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from hydra.utils import instantiate  # noqa: E402
 
-from hetrl import schema  # noqa: E402
+from hetrl.config.store import register  # noqa: E402
 from hetrl.options import compose_job  # noqa: E402
 from hetrl.precision.uniform import UniformPrecision  # noqa: E402
 from hetrl.scheduler.context import Training  # noqa: E402
@@ -55,15 +55,15 @@ from hetrl.scheduler.sync import SyncScheduler  # noqa: E402
 
 ENVS = {"simple_tag": "PP", "simple_spread": "CN"}
 SAMPLERS = {  # name -> replay overrides
-    "uniform": ("replay.sampler=uniform",),
-    "locality 16x64": ("replay.sampler=locality", "replay.refs=16", "replay.neighbors=64"),
-    "locality 64x16": ("replay.sampler=locality", "replay.refs=64", "replay.neighbors=16"),
-    "prioritized": ("replay.sampler=prioritized",),
-    "prio_locality": ("replay.sampler=prioritized_locality",),
+    "uniform": ("replay/sampler=uniform",),
+    "locality 16x64": ("replay/sampler=locality", "replay.sampler.refs=16",
+                       "replay.sampler.neighbors=64"),
+    "locality 64x16": ("replay/sampler=locality", "replay.sampler.refs=64",
+                       "replay.sampler.neighbors=16"),
+    "prioritized": ("replay/sampler=prioritized",),
+    "prio_locality": ("replay/sampler=prioritized_locality",),
 }
 END_TO_END = ("uniform", "locality 16x64")
-PAPER_CADENCE = ("algo.train_freq=100", "algo.batch_size=1024", "algo.hidden=[64,64]")
-"""The paper's settings, over the CI budget of conf/tuned/maddpg_simple_spread.yaml."""
 LAYOUTS = ("per_agent", "joint")
 
 # the paper's figures (extract B.4), MADDPG
@@ -84,7 +84,7 @@ def build(env: str, n_agents: int, layout: str, sampler: str, fill: int):
     """The env, MADDPG learner and a replay filled with `fill` transitions of its shapes."""
     cfg, _ = compose_job("algo=maddpg", f"env={env}", f"env.n_agents={n_agents}",
                          f"replay={layout}", *SAMPLERS[sampler], "tracking=none",
-                         f"algo.buffer_size={max(fill, 1024)}", *PAPER_CADENCE)
+                         f"algo.buffer_size={max(fill, 1024)}")  # algo=maddpg: the paper's
     envs = instantiate(cfg.env)
     spaces = {"obs_space": envs.single_observation_space, "act_space": envs.single_action_space}
     replay = instantiate(cfg.replay, **spaces, device=torch.device("cpu"))
@@ -145,7 +145,7 @@ def main() -> None:
     rounds = args.rounds or (3 if args.quick else 7)
     steps = args.steps or (200 if args.quick else 1000)
     torch.set_num_threads(1)
-    schema.register()
+    register()
     print(f"load average before: {os.getloadavg()}; fill {fill}, {rounds} rounds, "
           f"{steps} env steps end to end, batch 1024, torch threads 1")
 

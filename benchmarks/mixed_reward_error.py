@@ -27,7 +27,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from hetrl import experiment, schema
+from hetrl import experiment
+from hetrl.config.store import register
 from hetrl.options import compose_job
 from hetrl.tracking.reward_error import reward_error_pct
 
@@ -48,7 +49,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=60_000)
     args = parser.parse_args()
-    schema.register()
+    register()
     seeds = range(1 if args.quick else args.seeds)
     budget = ["steps=3000", "algo.learning_starts=500"] if args.quick else [f"steps={args.steps}"]
     rows = []

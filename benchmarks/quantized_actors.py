@@ -54,8 +54,9 @@ import torch  # noqa: E402
 from hydra.utils import instantiate  # noqa: E402
 from torch import nn  # noqa: E402
 
-from hetrl import checkpoint, experiment, schema  # noqa: E402
+from hetrl import checkpoint, experiment  # noqa: E402
 from hetrl.algos.networks import ACTORQ_POLICY_HIDDEN, Actor, nature_cnn  # noqa: E402
+from hetrl.config.store import register  # noqa: E402
 from hetrl.evaluation import ptq_metrics, ptq_returns  # noqa: E402
 from hetrl.options import compose_job  # noqa: E402
 from hetrl.quant import QuantSpec, compress_state_dict, payload_bytes, quantize_policy  # noqa: E402
@@ -222,7 +223,7 @@ def main() -> None:
     if args.quick:
         args.seeds, args.episodes = args.seeds[:1], min(args.episodes, 3)
     torch.set_num_threads(1)
-    schema.register()
+    register()
     print(f"host: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f} "
           f"(figures measured under that contention), torch {torch.__version__}, "
           f"quantized engine {torch.backends.quantized.engine}")

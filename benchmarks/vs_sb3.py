@@ -80,9 +80,10 @@ from hydra.utils import instantiate  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 from torch import nn  # noqa: E402
 
-from hetrl import experiment, schema  # noqa: E402
-from hetrl.options import compose_job  # noqa: E402
+from hetrl import experiment  # noqa: E402
 from hetrl.algos.base import Batch  # noqa: E402
+from hetrl.config.store import register  # noqa: E402
+from hetrl.options import compose_job  # noqa: E402
 from hetrl.scheduler.context import Stopped  # noqa: E402
 
 warnings.filterwarnings("ignore", category=UserWarning)
@@ -507,7 +508,7 @@ def main() -> None:
     args.repeats = args.repeats or (3 if q else 5)
     args.budget = args.budget or (100.0 if q else 330.0)
 
-    schema.register()
+    register()
     torch.set_num_threads(1)
     import stable_baselines3
 

@@ -6,9 +6,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from hetrl import CONF_DIR, schema
+from hetrl import CONF_DIR
+from hetrl.config.store import register
 
-schema.register()
+register()
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")

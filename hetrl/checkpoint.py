@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from hetrl.schema import ConfigError
+from hetrl.config.errors import ConfigError
 
 FILENAME = "checkpoint.pt"
 

@@ -23,11 +23,11 @@ from hetrl.partition.planning import StepPlan
 from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState
-from hetrl.schema import validate
 from hetrl.seeding import rng_states, set_rng_states
 from hetrl.tracking.base import Tracker
 from hetrl.tracking.plots import gantt, learning_curve
 from hetrl.tracking.reward_error import fp32_actors_key, numerics_key, reference_metrics
+from hetrl.validation import validate
 
 log = logging.getLogger("hetrl")
 

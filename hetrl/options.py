@@ -11,16 +11,17 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hetrl import CONF_DIR
-from hetrl.schema import ActionSpace, Agents
+from hetrl.config.enums import ActionSpace, Agents
 
 GROUPS = ("algo", "env", "platform", "precision", "partitioner", "scheduler", "replay", "actors",
           "tracking")
-"""The config groups a user chooses from (`tuned` and `schema` are internal)."""
+"""The config groups a user chooses from (`tuned` and `schema` are internal; `replay/sampler`
+nests in the multi-agent replays)."""
 
 
 def compose_job(*overrides: str) -> tuple[DictConfig, dict[str, str]]:
     """The job config and runtime choices `python -m hetrl <overrides>` would get, composed
-    in-process (for tests and benchmarks). Needs `hetrl.schema.register()` first."""
+    in-process (for tests and benchmarks). Needs `hetrl.config.store.register()` first."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
@@ -32,32 +33,40 @@ def compose_job(*overrides: str) -> tuple[DictConfig, dict[str, str]]:
 
 
 def group_options(group: str) -> list[str]:
-    """Names of the options of one config group, sorted."""
+    """Names of the options of one config group (e.g. `algo`, `replay/sampler`), sorted."""
     return sorted(path.stem for path in (CONF_DIR / group).glob("*.yaml"))
 
 
 @cache
-def option_config(group: str, name: str) -> DictConfig:
-    """The option's own YAML, without its defaults list applied."""
+def option_yaml(group: str, name: str) -> DictConfig:
+    """The option's YAML as written, its defaults list included and not applied."""
     return OmegaConf.load(CONF_DIR / group / f"{name}.yaml")
 
 
-def option_node(group: str, name: str) -> DictConfig:
-    """The option's config node as it composes (its schema defaults under its own values)."""
-    own = option_config(group, name).copy()
-    schema = own.pop("defaults")[0].split("@")[0].removeprefix("/")
-    return OmegaConf.merge(ConfigStore.instance().load(f"{schema}.yaml").node, own)
+def option_schema(group: str, name: str) -> str:
+    """The ConfigStore path of the option's schema (`schema/<group>/<name>`), the first
+    entry of its defaults list."""
+    return option_yaml(group, name).defaults[0].split("@")[0].removeprefix("/")
+
+
+def composed_option(group: str, name: str) -> DictConfig:
+    """The option's node as it composes: its schema's defaults under its own values (nested
+    groups of its defaults list, such as a replay's sampler, left out)."""
+    own = option_yaml(group, name).copy()
+    own.pop("defaults")
+    schema = ConfigStore.instance().load(f"{option_schema(group, name)}.yaml").node
+    return OmegaConf.merge(schema, own)
 
 
 def option_class(group: str, name: str) -> type:
     """The class an option's `_target_` names."""
-    return get_class(option_config(group, name)._target_)
+    return get_class(option_yaml(group, name)._target_)
 
 
 def envs_for(action_space: ActionSpace, agents: Agents = Agents.single) -> list[str]:
     """Env options whose action space and number of agents are of the given kinds."""
     return [name for name in group_options("env")
-            if (node := option_node("env", name)).action_space == action_space.value
+            if (node := composed_option("env", name)).action_space == action_space.value
             and node.agents == agents.value]
 
 

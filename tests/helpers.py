@@ -10,11 +10,12 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from hetrl import experiment, schema
+from hetrl import experiment
 from hetrl.build import Components, build
+from hetrl.config.store import register
 from hetrl.options import compose_job
 
-schema.register()
+register()
 
 
 def build_job(*overrides: str, plan: bool = False) -> Components:

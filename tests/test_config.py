@@ -13,15 +13,17 @@ from hydra.errors import ConfigCompositionException, InstantiationException
 from hydra.utils import get_class, instantiate
 
 from hetrl.actors.pool import ActorPool
-from hetrl.options import (GROUPS, algos_for, algos_for_loop, group_options, option_class,
-                           option_config, option_node)
-from hetrl.schema import ActionSpace, Agents, ConfigError, validate
+from hetrl.config.enums import ActionSpace, Agents
+from hetrl.config.errors import ConfigError
+from hetrl.options import (GROUPS, algos_for, algos_for_loop, composed_option, group_options,
+                           option_class, option_yaml)
+from hetrl.validation import validate
 
 ALL_OPTIONS = [(group, option) for group in GROUPS for option in group_options(group)]
 
 
 def _fitting_algo(env_option: str) -> str:
-    node = option_node("env", env_option)
+    node = composed_option("env", env_option)
     return algos_for(ActionSpace(node.action_space), Agents(node.agents))[0]
 
 
@@ -32,7 +34,7 @@ def _fitting_algo_for_replay(replay_option: str) -> str:
 
 
 def _fitting_algo_for_scheduler(scheduler_option: str) -> str:
-    target = get_class(option_config("scheduler", scheduler_option)._target_)
+    target = get_class(option_yaml("scheduler", scheduler_option)._target_)
     return algos_for_loop(getattr(target, "on_policy", False))[0]
 
 
@@ -174,7 +176,7 @@ def test_help_lists_groups_and_options(tmp_path):
 
 def test_gymnasium_and_mpe_envs_are_real():
     for option in group_options("env"):
-        env = option_config("env", option)
+        env = option_yaml("env", option)
         if env._target_ == "hetrl.envs.make_vector_env":
             module, _, env_id = env.id.rpartition(":")
             if module:  # "ale_py:ALE/Breakout-v5": the module registers the env

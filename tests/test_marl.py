@@ -9,19 +9,20 @@ import pytest
 from helpers import compose_job, hetrl_cli, mlflow_runs, run_job, tracking_uri
 from mlflow.tracking import MlflowClient
 
+from hetrl.config.errors import ConfigError
 from hetrl.envs.mpe import MpeVectorEnv
-from hetrl.schema import ConfigError, validate
 from hetrl.tracking.reward_error import reference_job
+from hetrl.validation import validate
 
 TINY = ("steps=300", "algo.learning_starts=100", "algo.batch_size=32", "algo.train_freq=50",
-        "algo.hidden=[16]", "replay.refs=4", "replay.neighbors=8", "log_every=100")
+        "algo.hidden=[16]", "log_every=100")
 PHASES = {"act", "env", "replay_add", "sample", "update", "target_q", "q_loss", "p_loss",
           "target_update"}
 
 
 def test_matd3_with_prioritized_locality_times_every_phase(tmp_path):
     result = run_job(tmp_path, "tracking=none", *TINY, "algo=matd3", "env=simple_tag",
-                     "replay=joint", "replay.sampler=prioritized_locality")
+                     "replay=joint", "replay/sampler=prioritized_locality")
     phases = {k.removeprefix("phase/").removesuffix("_s") for k in result
               if k.startswith("phase/") and k.endswith("_s")}
     assert phases == PHASES | {"priority_update"}
@@ -37,8 +38,8 @@ def test_matd3_with_prioritized_locality_times_every_phase(tmp_path):
     (("algo=maddpg", "env=cartpole"), ["algo=maddpg", "multi-agent", "env=cartpole",
                                        "['simple_spread', 'simple_tag']"]),
     (("algo=maddpg", "replay=uniform"), ["replay=uniform", "['joint', 'per_agent']"]),
-    (("algo=maddpg", "replay.sampler=locality", "replay.refs=8"),
-     ["replay.refs=8", "algo.batch_size (1024)"]),
+    (("algo=maddpg", "replay/sampler=locality", "replay.sampler.refs=8"),
+     ["replay.sampler.refs=8", "algo.batch_size (1024)"]),
     (("algo=matd3", "platform=versal"), ["algo=matd3", "platform=versal", "platform=host"]),
 ])
 def test_mismatched_choices_are_named_with_the_valid_ones(overrides, named):
@@ -75,20 +76,26 @@ def test_the_issue_sweep_lands_as_one_mlflow_sweep(tmp_path):
 
 def test_optimized_samplers_get_a_reward_error_against_uniform(tmp_path):
     job = ("algo=maddpg", *TINY, "replay=joint")
-    locality = run_job(tmp_path, *job, "replay.sampler=locality")
+    locality = run_job(tmp_path, *job, "replay/sampler=locality", "replay.sampler.refs=4",
+                       "replay.sampler.neighbors=8")
     runs = mlflow_runs(tmp_path)
-    (uniform,) = [r for r in runs if r.data.params["replay.sampler"] == "uniform"]
+    (uniform,) = [r for r in runs if r.data.params["replay.sampler._target_"].endswith(".UniformSampler")]
     assert len(runs) == 2  # the uniform reference was trained for it
     reference = uniform.data.metrics["return_mean_100"]
     assert locality["reward_error_pct"] == pytest.approx(
         abs(locality["return_mean_100"] - reference) / abs(reference) * 100)
-    run_job(tmp_path, *job, "replay.sampler=prioritized")
+    run_job(tmp_path, *job, "replay/sampler=prioritized")
     assert len(mlflow_runs(tmp_path)) == 3  # and reused
     assert reference_job(*compose_job(*job)) is None  # uniform fp32 is its own reference
 
 
+CI_BUDGET = ("steps=25000", "algo.learning_starts=2500", "algo.train_freq=20")
+"""A CI-sized budget in which 3 agents learn: updates every 20 env steps from 2,500 stored
+transitions (the paper's cadence, algo=maddpg's own: every 100 from 25,600, over 1.5M steps)."""
+
+
 def test_maddpg_beats_a_random_team_on_simple_spread(tmp_path):
-    """MADDPG, 3 agents, its default budget (conf/tuned/maddpg_simple_spread.yaml)."""
+    """MADDPG, 3 agents, within CI_BUDGET."""
     envs = MpeVectorEnv("simple_spread_v3", n_agents=3)
     envs.reset(seed=0)
     envs.action_space.seed(0)
@@ -97,5 +104,5 @@ def test_maddpg_beats_a_random_team_on_simple_spread(tmp_path):
         info = envs.step(envs.action_space.sample())[-1]
         if info:
             random_returns.append(float(info["episode"]["r"][0]))
-    result = run_job(tmp_path, "algo=maddpg", "env=simple_spread", "tracking=none")
+    result = run_job(tmp_path, "algo=maddpg", "env=simple_spread", "tracking=none", *CI_BUDGET)
     assert result["return_mean_100"] > np.mean(random_returns) + 10

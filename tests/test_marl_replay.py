@@ -8,13 +8,15 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from hydra.utils import instantiate
 
+from hetrl.config.store import register
+from hetrl.options import composed_option, group_options
 from hetrl.replay import multiagent
 from hetrl.replay.multiagent import JointReplay, PerAgentReplay
 from hetrl.replay.samplers import (LocalitySampler, PrioritizedLocalitySampler,
                                    PrioritizedSampler, windows)
 from hetrl.replay.sumtree import SumTree
-from hetrl.schema import Sampler
 
 N_AGENTS, WIDTH, DIMS = 3, 5, (5, 5, 3)  # the last agent's observation is padded (as prey)
 REAL = np.arange(WIDTH)[None, :] < np.array(DIMS)[:, None]
@@ -23,6 +25,8 @@ OBS = gym.spaces.Box(np.where(REAL, -np.inf, 0).astype(np.float32),
 ACTS = gym.spaces.MultiDiscrete([5] * N_AGENTS)
 OPTIONS = dict(refs=4, neighbors=8, thresholds=[0.33, 0.66], neighbor_counts=[1, 2, 4],
                alpha=0.6, beta=0.4, beta_final=1.0, beta_anneal=100, eps=1e-6)
+
+register()
 
 
 def _transition(t: int, n_envs: int = 1) -> tuple[np.ndarray, ...]:
@@ -35,14 +39,21 @@ def _transition(t: int, n_envs: int = 1) -> tuple[np.ndarray, ...]:
     return obs, actions, rewards, obs + 0.5 * REAL, (ids % 2).astype(np.float32)
 
 
+def _sampler(name: str, capacity: int = 64):
+    """The option replay/sampler=<name> as Hydra builds it, with OPTIONS' values for its keys."""
+    node = composed_option("replay/sampler", name)
+    return instantiate(node, **{k: v for k, v in {**OPTIONS, "capacity": capacity}.items()
+                                if k in node})
+
+
 def _filled(layout: type, sampler: str, capacity: int = 64, n: int = 100):
-    replay = layout(capacity, OBS, ACTS, torch.device("cpu"), sampler=sampler, **OPTIONS)
+    replay = layout(capacity, OBS, ACTS, torch.device("cpu"), _sampler(sampler, capacity))
     for t in range(0, n, 2):  # two envs a step, wrapping the ring
         replay.add(*_transition(t, n_envs=2))
     return replay
 
 
-@pytest.mark.parametrize("sampler", [s.value for s in Sampler])
+@pytest.mark.parametrize("sampler", group_options("replay/sampler"))
 def test_every_sampler_with_every_layout_returns_what_was_stored(sampler):
     batches = []
     for layout in (PerAgentReplay, JointReplay):
@@ -69,7 +80,7 @@ def test_every_sampler_with_every_layout_returns_what_was_stored(sampler):
 def test_a_layout_round_trips_through_its_state():
     for layout in (PerAgentReplay, JointReplay):
         replay = _filled(layout, "prioritized")
-        copy = layout(64, OBS, ACTS, torch.device("cpu"), sampler="prioritized", **OPTIONS)
+        copy = layout(64, OBS, ACTS, torch.device("cpu"), _sampler("prioritized"))
         copy.load_state_dict(replay.state_dict())
         np.random.seed(1)
         a = replay.sample(16)

@@ -11,10 +11,11 @@ import torch
 from helpers import build_job, compose_job, metric_history, run_job
 
 from hetrl import experiment
+from hetrl.config.errors import ConfigError
 from hetrl.progress import TrainingProgress
 from hetrl.replay.rollout import gae
 from hetrl.scheduler.context import Stopped
-from hetrl.schema import ConfigError, validate
+from hetrl.validation import validate
 
 FAST = ("tracking=none",)
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 from helpers import build_job, mlflow_runs, run_job
 
+from hetrl.config.errors import ConfigError
 from hetrl.partition.graph import Kind, Pass
 from hetrl.partition.objective import objective, resource_violations
 from hetrl.partition.single import SinglePartitioner
-from hetrl.schema import ConfigError
 
 TINY = ("steps=300", "algo.learning_starts=100", "algo.train_freq=4", "algo.gradient_steps=1",
         "algo.hidden=[32,32]", "algo.batch_size=32", "log_every=100")

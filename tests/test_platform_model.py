@@ -12,10 +12,12 @@ import pytest
 from helpers import compose_job
 from hydra.utils import instantiate
 
+from hetrl.config.errors import ConfigError
 from hetrl.options import group_options
 from hetrl.partition.graph import Edge, Kind, Node, Pass, TaskGraph
+from hetrl.partition.planning import plan_step
 from hetrl.platform.model import ModeledPlatform
-from hetrl.schema import ConfigError, validate
+from hetrl.validation import validate
 
 MODELED = [name for name in group_options("platform") if name != "host"]
 
@@ -163,6 +165,7 @@ devices:
     runs: [matmul]
 links:
   - {between: [cpu, npu], bandwidth: 8.0e+9, latency_s: 1.0e-6}
+baselines: {}
 """
 
 
@@ -174,6 +177,25 @@ def test_a_new_platform_is_one_yaml_file(tmp_path: Path):
     node = gemm(256)
     assert model.node_seconds(node, "npu", "bfloat16") < model.node_seconds(node, "cpu", "float32")
     assert model.edge_seconds(8e9, "npu", "cpu") == pytest.approx(1 + 1e-6)
+
+
+def test_a_device_of_a_kind_the_repo_does_not_use_composes_and_plans(tmp_path: Path):
+    """`kind` is a free-form label: a platform with an NPU is one YAML file too."""
+    (tmp_path / "platform").mkdir()
+    yaml = MINE.replace("kind: aie", "kind: npu").replace("{int8: 1.0e+13}", "{float32: 1.0e+13}")
+    (tmp_path / "platform" / "mine.yaml").write_text(yaml.replace("int8", "float32"))
+    cfg, choices = compose_job("device=cpu", f"hydra.searchpath=[file://{tmp_path}]",
+                               "platform=mine", "algo=dqn", "env=cartpole", "partitioner=heft")
+    validate(cfg, choices)
+    model = instantiate(cfg.platform)
+    envs = instantiate(cfg.env)
+    learner = instantiate(cfg.algo, obs_space=envs.single_observation_space,
+                          act_space=envs.single_action_space, device=model.device)
+    envs.close()
+    step = plan_step(learner, model, instantiate(cfg.precision), instantiate(cfg.partitioner))
+    assert "npu (npu)" in model.describe()["modeled_devices"]
+    assert step.plan.devices == ["cpu", "npu"] and 0 < step.metrics(32)["platform/nodes_npu"]
+    assert math.isfinite(step.plan.makespan)
 
 
 @pytest.mark.parametrize(("override", "named"), [

@@ -13,10 +13,11 @@ from torch import nn
 
 from hetrl.algos.base import Batch
 from hetrl.algos.networks import mlp
+from hetrl.config.errors import ConfigError
 from hetrl.quant import (QuantSpec, compress_state_dict, decompress_state_dict, dequantize_affine,
                          fake_quant_ste, paper_fake_quant, paper_scale, payload_bytes,
                          quantize_affine, quantize_policy)
-from hetrl.schema import ConfigError, validate
+from hetrl.validation import validate
 
 
 def _weights(seed: int = 0) -> dict[str, torch.Tensor]:

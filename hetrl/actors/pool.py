@@ -25,6 +25,8 @@ class ActorPool(LocalActors):
     on errors and on interrupts (which leaves no actor running).
     """
 
+    pool = True
+
     def __init__(self, precision: str, int8_mode: str, per_channel: bool, eval_episodes: int,
                  n: int, pull_every: int, quantize_on: str) -> None:
         super().__init__(precision, int8_mode, per_channel, eval_episodes)

@@ -18,10 +18,10 @@ import torch.nn.functional as F
 
 from hetrl.algos.base import Learner
 from hetrl.algos.networks import StochasticPolicy, network
+from hetrl.config.enums import ActionSpace, Agents
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.steps import policy_gradient_step_graph
 from hetrl.replay.rollout import RolloutBatch
-from hetrl.schema import ActionSpace, Agents
 
 
 class A2C(Learner):

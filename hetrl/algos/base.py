@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from hetrl.config.enums import ActionSpace, Agents
 from hetrl.scheduler.state import PhaseTimer
-from hetrl.schema import ActionSpace, Agents
 
 
 class Batch(NamedTuple):

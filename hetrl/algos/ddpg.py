@@ -10,10 +10,10 @@ import torch.nn.functional as F
 from hetrl.algos.base import Batch, Learner
 from hetrl.algos.networks import Actor, QCritic, adam, flat_dim, frozen_copy, polyak_update
 from hetrl.algos.noise import ActionNoise
+from hetrl.config.enums import ActionSpace
 from hetrl.partition.builder import mlp_input_shape
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.steps import actor_critic_step_graph
-from hetrl.schema import ActionSpace
 
 
 class DDPG(Learner):

@@ -9,9 +9,9 @@ import torch.nn.functional as F
 
 from hetrl.algos.base import Batch, Learner
 from hetrl.algos.networks import adam, frozen_copy, network
+from hetrl.config.enums import ActionSpace
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.steps import dqn_step_graph
-from hetrl.schema import ActionSpace
 
 
 class DQN(Learner):

@@ -18,7 +18,7 @@ from torch import nn
 
 from hetrl.algos.base import Batch, Learner
 from hetrl.algos.networks import adam, frozen, frozen_copy, mlp, polyak_update
-from hetrl.schema import ActionSpace, Agents
+from hetrl.config.enums import ActionSpace, Agents
 
 
 class MADDPG(Learner):

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hetrl.schema import Noise
+from hetrl.config.enums import Noise
 
 
 class ActionNoise(nn.Module):

@@ -7,7 +7,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-from hetrl.schema import ActionSpace, ConfigError
+from hetrl.config.enums import ActionSpace
+from hetrl.config.errors import ConfigError
 
 
 def make_vector_env(
@@ -18,7 +19,7 @@ def make_vector_env(
     flatten_observation: bool = False,
     clip_rewards: bool = False,
     kwargs: dict[str, Any] | None = None,
-    agents: str = "single",  # declared for the config checks (schema.validate)
+    agents: str = "single",  # declared for the config checks (hetrl.validation)
 ) -> gym.vector.VectorEnv:
     """`n_envs` copies of a registered gymnasium env, with episode statistics recorded.
 

@@ -16,7 +16,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from hetrl.schema import ConfigError, ReturnDefinition
+from hetrl.config.enums import ReturnDefinition
+from hetrl.config.errors import ConfigError
 
 
 def mpe_kwargs(id: str, n_agents: int) -> dict[str, int]:
@@ -44,7 +45,7 @@ class MpeVectorEnv:
         n_envs: int = 1,
         max_cycles: int = 25,
         returns: str = "team_sum",
-        action_space: str = "discrete",  # declared for the config checks (schema.validate)
+        action_space: str = "discrete",  # declared for the config checks (hetrl.validation)
         agents: str = "multi",  # likewise
         kwargs: dict[str, Any] | None = None,
     ) -> None:

@@ -9,12 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-
-class Kind(str, Enum):
-    matmul = "matmul"  # Linear and Conv: may go to PL or AIE (AP-DRL's "MM layers")
-    elementwise = "elementwise"  # activations and other non-MM layers
-    loss = "loss"
-    optimizer = "optimizer"  # per-layer weight update
+from hetrl.config.enums import Kind
 
 
 class Pass(str, Enum):

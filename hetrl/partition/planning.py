@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import gymnasium as gym
 
 from hetrl.algos.base import Learner
+from hetrl.config.platform import BaselineSpec
 from hetrl.partition.costs import CostTable, Plan
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.single import SinglePartitioner
 from hetrl.platform.host import HostPlatform
 from hetrl.platform.model import ModeledPlatform
-from hetrl.schema import BaselineSpec
 
 
 @dataclass

@@ -11,10 +11,11 @@ import numpy as np
 import torch
 
 from hetrl.algos.base import Learner
+from hetrl.config.enums import Device
+from hetrl.config.errors import ConfigError
 from hetrl.partition.costs import CostTable
 from hetrl.partition.graph import TaskGraph
 from hetrl.platform.measure import measure_step
-from hetrl.schema import ConfigError, Device
 
 
 def resolve_device(device: str) -> torch.device:

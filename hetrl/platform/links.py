@@ -7,7 +7,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 
-from hetrl.schema import LinkSpec
+from hetrl.config.platform import LinkSpec
 
 
 def hop_seconds(link: LinkSpec, nbytes: float) -> float:

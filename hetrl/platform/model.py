@@ -1,7 +1,7 @@
 """An analytical platform: roofline node times with launch overhead, and link transfer times.
 
 Every number comes from the platform's YAML (conf/platform/*.yaml, schema
-`hetrl.schema.ModeledPlatformConfig`); none of it is measured. A node i on device k in dtype d
+`hetrl.config.platform.ModeledPlatformConfig`); none of it is measured. A node i on device k in dtype d
 takes
 
     t = launch_s[k] + max(flops_i / rate[k][d], bytes_i(d) / mem_bandwidth[k])
@@ -22,11 +22,12 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from hetrl.config.enums import DType
+from hetrl.config.platform import BaselineSpec, DeviceSpec, LinkSpec
 from hetrl.partition.costs import CostTable
 from hetrl.partition.graph import Node, Pass, TaskGraph
 from hetrl.platform.host import resolve_device, use_threads
 from hetrl.platform.links import LinkNetwork
-from hetrl.schema import BaselineSpec, DeviceKind, DeviceSpec, DType, LinkSpec
 
 DTypeFor = Callable[[Node, str], str]
 """The precision policy's choice: the dtype a node computes in on a device."""
@@ -138,6 +139,6 @@ class ModeledPlatform:
         return {
             "device": str(self.device),
             "platform": self.name,
-            "modeled_devices": ", ".join(f"{n} ({DeviceKind(s.kind).value})" for n, s in self.specs.items()),
+            "modeled_devices": ", ".join(f"{n} ({s.kind})" for n, s in self.specs.items()),
             "modeled_host": self.host,
         }

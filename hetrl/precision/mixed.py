@@ -18,11 +18,12 @@ from typing import Callable
 import torch
 
 from hetrl.algos.base import Learner
+from hetrl.config.enums import DType
+from hetrl.config.errors import ConfigError
 from hetrl.partition.costs import Plan
 from hetrl.partition.graph import Kind, Node, Pass, TaskGraph
 from hetrl.precision.layers import compute_layers_in, round_to_bfloat16
 from hetrl.precision.scaling import LossScaling
-from hetrl.schema import ConfigError, DType
 
 
 class HardwareAwarePrecision:

@@ -8,10 +8,10 @@ from typing import Callable
 import torch
 
 from hetrl.algos.base import Learner
+from hetrl.config.enums import DType
 from hetrl.partition.costs import Plan
 from hetrl.partition.graph import Node, TaskGraph
 from hetrl.precision.scaling import LossScaling
-from hetrl.schema import DType
 
 
 class UniformPrecision:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetrl.schema import ActorPrecision, Int8Mode
+from hetrl.config.enums import ActorPrecision, Int8Mode
 
 
 @dataclass(frozen=True)

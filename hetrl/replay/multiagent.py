@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from hetrl.algos.base import Batch
-from hetrl.replay.samplers import make_sampler
-from hetrl.schema import Agents
+from hetrl.config.enums import Agents
+from hetrl.replay.samplers import UniformSampler
 
 INITIAL_ROWS = 4096
 
@@ -42,14 +42,13 @@ class MultiAgentReplay:
         obs_space: gym.spaces.Box,
         act_space: gym.spaces.MultiDiscrete,
         device: torch.device,
-        sampler: str = "uniform",
-        **sampler_options: Any,
+        sampler: UniformSampler,
     ) -> None:
         self.capacity, self.device = capacity, device
         self.n_agents, self.width = obs_space.shape
         # real features per agent: the padding has bounds [0, 0] (hetrl.envs.mpe)
         self.obs_dims = [int(d) for d in (obs_space.high > obs_space.low).sum(axis=1)]
-        self.sampler = make_sampler(sampler, capacity, **sampler_options)
+        self.sampler = sampler  # any of hetrl.replay.samplers (UniformSampler is their base)
         self.allocated = min(capacity, INITIAL_ROWS)  # rows of storage so far
         self.pos = 0
         self.size = 0
@@ -115,8 +114,8 @@ class PerAgentReplay(MultiAgentReplay):
 
     def __init__(self, capacity: int, obs_space: gym.spaces.Box,
                  act_space: gym.spaces.MultiDiscrete, device: torch.device,
-                 **options: Any) -> None:
-        super().__init__(capacity, obs_space, act_space, device, **options)
+                 sampler: UniformSampler) -> None:
+        super().__init__(capacity, obs_space, act_space, device, sampler)
         rows = self.allocated
         self.obs = [np.zeros((rows, d), np.float32) for d in self.obs_dims]
         self.next_obs = [np.zeros((rows, d), np.float32) for d in self.obs_dims]
@@ -158,8 +157,8 @@ class JointReplay(MultiAgentReplay):
 
     def __init__(self, capacity: int, obs_space: gym.spaces.Box,
                  act_space: gym.spaces.MultiDiscrete, device: torch.device,
-                 **options: Any) -> None:
-        super().__init__(capacity, obs_space, act_space, device, **options)
+                 sampler: UniformSampler) -> None:
+        super().__init__(capacity, obs_space, act_space, device, sampler)
         n, w = self.n_agents, self.width
         widths = [n * w, n, n, n * w, n]
         self.bounds = np.cumsum([0, *widths])

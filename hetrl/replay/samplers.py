@@ -1,7 +1,8 @@
 """Mini-batch samplers: which replay slots a batch holds, and their importance weights.
 
 A sampler knows nothing of how transitions are stored; it returns slot indices into a ring
-of `size` filled slots, so any sampler works with any layout (hetrl.replay.multiagent).
+of `size` filled slots, so any sampler works with any layout (hetrl.replay.multiagent). Each
+is one option of `conf/replay/sampler/`, built by Hydra and handed to the replay.
 Random draws use numpy's global generator, as UniformReplay does: seeded runs repeat and a
 checkpoint (which saves that generator) resumes them.
 """
@@ -13,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from hetrl.replay.sumtree import SumTree
-from hetrl.schema import Sampler
 
 
 def windows(starts: np.ndarray, lengths: np.ndarray | int, size: int) -> np.ndarray:
@@ -151,16 +151,3 @@ class PrioritizedLocalitySampler(PrioritizedSampler):
         self.calls += 1
         return idx, weights
 
-
-def make_sampler(sampler: str, capacity: int, refs: int, neighbors: int,
-                 thresholds: list[float], neighbor_counts: list[int], **per: Any
-                 ) -> UniformSampler:
-    """The sampler a replay config names (`per`: alpha, beta, beta_final, beta_anneal, eps)."""
-    kind = Sampler(sampler)
-    if kind == Sampler.uniform:
-        return UniformSampler()
-    if kind == Sampler.locality:
-        return LocalitySampler(refs, neighbors)
-    if kind == Sampler.prioritized:
-        return PrioritizedSampler(capacity, **per)
-    return PrioritizedLocalitySampler(thresholds, neighbor_counts, capacity=capacity, **per)

@@ -2,7 +2,7 @@
 |R - R_ref| / |R_ref| x 100, R the final return_mean_100).
 
 The reference is the same job with the plain choices of what hetrl optimizes: fp32 for the
-precision policy (AP-DRL), the replay option's own sampler (uniform) for the MARL paper's
+precision policy (AP-DRL), the uniform sampler (every layout's default) for the MARL paper's
 sampling optimizations. A job that makes neither change is its own reference and has none.
 `time_to_95pct_s`: how soon a run with quantized actors reaches the return of its twin with
 fp32 actors (ActorQ's Table 4).
@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-from hetrl.options import option_node
+from hetrl.options import composed_option
 from hetrl.tracking.base import Tracker
 
 log = logging.getLogger("hetrl")
@@ -44,9 +44,9 @@ def reference_job(cfg: DictConfig, choices: Mapping[str, str]
                   ) -> tuple[DictConfig, dict[str, str]] | None:
     """The config and choices of the run this job's reward is compared with, or None."""
     twin = OmegaConf.merge(cfg, {"precision": None})
-    twin.precision = option_node("precision", "fp32")
-    if "sampler" in cfg.replay:  # the layout's own sampler; its other keys as they are
-        twin.replay.sampler = option_node("replay", choices["replay"]).sampler
+    twin.precision = composed_option("precision", "fp32")
+    if "sampler" in cfg.replay:  # the layouts' own sampler; the replay's other keys as they are
+        twin.replay.sampler = composed_option("replay/sampler", "uniform")
     if choices["precision"] == "fp32" and numerics_key(twin) == numerics_key(cfg):
         return None
     return twin, {**choices, "precision": "fp32"}

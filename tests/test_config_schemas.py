@@ -1,0 +1,97 @@
+"""The schemas and the option YAMLs hold each value once, and registering them needs no torch."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+from hetrl import CONF_DIR
+from hetrl.config.run import RunConfig
+from hetrl.config.store import SCHEMAS
+from hetrl.options import group_options, option_schema, option_yaml
+
+
+def _own_values() -> list[tuple[str, type, dict[str, Any]]]:
+    """(label, schema, the keys the YAML sets as written) of every option YAML of every
+    group, and of conf/config.yaml with the run schema."""
+    out = []
+    for group, schemas in SCHEMAS.items():
+        for name in group_options(group):
+            own = OmegaConf.to_container(option_yaml(group, name), enum_to_str=True)
+            del own["defaults"]
+            schema = schemas[option_schema(group, name).removeprefix(f"schema/{group}/")]
+            out.append((f"{group}={name}", schema, own))
+    run = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml"))
+    out.append(("config.yaml", RunConfig,
+                {k: v for k, v in run.items() if k not in ("defaults", "hydra")}))
+    return out
+
+
+OPTIONS = _own_values()
+
+
+def _owner(schema: type, key: str) -> type:
+    """The class of `schema`'s MRO that declares `key` last (whose default it has)."""
+    return next(c for c in schema.__mro__ if key in vars(c).get("__annotations__", {}))
+
+
+def _default(owner: type, key: str) -> Any:
+    """The default `owner` gives `key` as OmegaConf sees it ('???' for MISSING)."""
+    return OmegaConf.to_container(OmegaConf.structured(owner), enum_to_str=True)[key]
+
+
+def test_every_option_maps_to_a_registered_schema():
+    assert {label.split("=")[0] for label, _, _ in OPTIONS} >= set(SCHEMAS)
+    assert all(dataclasses.is_dataclass(schema) for _, schema, _ in OPTIONS)
+
+
+def test_a_field_every_option_sets_has_no_default():
+    users: dict[tuple[type, str], list[bool]] = defaultdict(list)
+    for _, schema, own in OPTIONS:
+        for field in dataclasses.fields(schema):
+            users[_owner(schema, field.name), field.name].append(field.name in own)
+    dead = [f"{owner.__name__}.{key} = {_default(owner, key)!r}"
+            for (owner, key), sets in users.items()
+            if all(sets) and _default(owner, key) != "???"]
+    assert not dead, f"defaults that every option overrides: {dead}"
+
+
+def test_no_option_repeats_its_schema_default():
+    repeated = [f"{label}: {key}: {value!r}" for label, schema, own in OPTIONS
+                for key, value in own.items()
+                if _default(_owner(schema, key), key) == value]
+    assert not repeated, f"option values equal to their schema's default: {repeated}"
+
+
+def test_each_interpolation_is_written_once():
+    """A key wired to another (`${...}`) is wired in one place: a schema or one option."""
+    places: dict[tuple[str, str], list[str]] = defaultdict(list)
+    owners = {(_owner(s, f.name), f.name) for s in {s for _, s, _ in OPTIONS}
+              for f in dataclasses.fields(s)}
+    for owner, key in owners:
+        value = _default(owner, key)
+        if isinstance(value, str) and "${" in value:
+            places[key, value].append(owner.__name__)
+    for label, _, own in OPTIONS:
+        for key, value in own.items():
+            if isinstance(value, str) and "${" in value:
+                places[key, value].append(label)
+    twice = {f"{key}: {value}": where for (key, value), where in places.items() if len(where) > 1}
+    assert not twice, twice
+
+
+@pytest.mark.parametrize("module", ["hetrl.config.store", "hetrl.__main__"])
+def test_registering_the_schemas_imports_no_torch(module):
+    """`python -m hetrl --help` composes with these schemas: torch stays unloaded until a
+    job runs."""
+    probe = (f"import sys, importlib; importlib.import_module({module!r}); "
+             "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
