@@ -8,11 +8,12 @@ from typing import Mapping
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-from hetrl.config.enums import ActionSpace, Agents
+from hetrl.config.enums import ActionSpace, Agents, DType, Kind
 from hetrl.config.errors import ConfigError, require
 from hetrl.options import (
     algos_for,
     algos_for_loop,
+    composed_option,
     envs_for,
     group_options,
     option_class,
@@ -22,16 +23,19 @@ from hetrl.options import (
 
 
 def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
-    """Run every schema's range checks and the cross-group checks; raise ConfigError.
+    """Run the cross-group checks, then every schema's range checks; raise ConfigError.
 
     `choices` maps each config group to the chosen option's name (Hydra's runtime choices).
+    The cross-group checks come first: options that do not fit together may not even resolve
+    (an on-policy algo has no `buffer_size` for a multi-agent replay to size itself by).
     """
-    OmegaConf.to_object(cfg)  # builds each dataclass, which runs its __post_init__
     _check_algo_fits_env(cfg, choices)
     _check_algo_fits_scheduler(cfg, choices)
     _check_replay_fits_env(cfg, choices)
     _check_algo_fits_platform(cfg, choices)
+    _check_precision_fits_platform(cfg, choices)
     _check_actors_fit_scheduler(cfg, choices)
+    OmegaConf.to_object(cfg)  # builds each dataclass, which runs its __post_init__
 
 
 def _check_algo_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
@@ -59,8 +63,6 @@ def _check_algo_fits_platform(cfg: DictConfig, choices: Mapping[str, str]) -> No
 
 
 def _check_replay_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
-    if get_class(cfg.algo._target_).on_policy:  # no replay
-        return
     agents = Agents(cfg.env.agents)
     has = getattr(get_class(cfg.replay._target_), "agents", Agents.single)
     if has != agents:
@@ -99,3 +101,45 @@ def _check_actors_fit_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> 
             f"choose actors from {fitting} (scheduler=actorq runs an actor pool, the other "
             "schedulers act in the learner's process)"
         )
+
+
+def _check_precision_fits_platform(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    """A precision that follows the plan (mixed) needs a modeled platform to plan on; one
+    dtype for the whole step needs, on a modeled platform, a device that computes each kind
+    of node in that dtype."""
+    modeled = "devices" in cfg.platform  # a ModeledPlatformConfig
+    if getattr(get_class(cfg.precision._target_), "needs_plan", False) and not modeled:
+        raise ConfigError(
+            f"precision={choices['precision']} runs each layer in the dtype of the device its "
+            f"plan assigns it, but platform={choices['platform']} is not modeled: choose "
+            f"platform from {[p for p in group_options('platform') if _is_modeled(p)]}"
+        )
+    dtype = _dtype_name(cfg.precision.get("dtype"))
+    if modeled and dtype is not None and (gaps := _dtype_gaps(cfg.platform, dtype)):
+        precisions = [p for p in group_options("precision")
+                      if not _dtype_gaps(cfg.platform,
+                                         _dtype_name(composed_option("precision", p).get("dtype")))]
+        platforms = [p for p in group_options("platform")
+                     if not _is_modeled(p) or not _dtype_gaps(composed_option("platform", p), dtype)]
+        raise ConfigError(
+            f"precision={choices['precision']} computes every node in {dtype}, but no device of "
+            f"platform={choices['platform']} runs {gaps} nodes in it: choose precision from "
+            f"{precisions} or platform from {platforms}"
+        )
+
+
+def _dtype_name(dtype: DType | str | None) -> str | None:
+    return getattr(dtype, "value", dtype)
+
+
+def _is_modeled(platform: str) -> bool:
+    return "devices" in composed_option("platform", platform)
+
+
+def _dtype_gaps(platform: DictConfig, dtype: str | None) -> list[str]:
+    """The node kinds that no device of a modeled platform computes in `dtype`."""
+    if dtype is None:
+        return []
+    return [kind.value for kind in Kind
+            if not any(kind.value in device.runs and dtype in device.rates
+                       for device in platform.devices.values())]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from typing import Callable
+from typing import Callable, ClassVar
 
 import torch
 
@@ -27,6 +27,8 @@ from hetrl.precision.scaling import LossScaling
 
 
 class HardwareAwarePrecision:
+    needs_plan: ClassVar[bool] = True  # validation: only on a modeled platform
+
     def __init__(self, prefer: list[str], loss_scaling: LossScaling | None = None) -> None:
         self.prefer = [DType(d) for d in prefer]
         self.loss_scaling = loss_scaling or LossScaling()
