@@ -60,6 +60,8 @@ def test_every_option_composes_validates_and_builds(group, option, tmp_path):
         overrides.append(f"algo={_fitting_algo_for_replay(option)}")
     if group == "actors":
         overrides.append(f"scheduler={_fitting_scheduler_for_actors(option)}")
+    if group == "precision" and getattr(option_class(group, option), "needs_plan", False):
+        overrides.append("platform=versal")
     cfg, choices = compose_job(*overrides)
     assert choices[group] == option
     validate(cfg, choices)
