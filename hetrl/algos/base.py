@@ -18,7 +18,7 @@ class Batch(NamedTuple):
     actions: torch.Tensor
     rewards: torch.Tensor
     next_obs: torch.Tensor
-    dones: torch.Tensor  # 1.0 where the episode terminated (not truncated)
+    terminated: torch.Tensor  # 1.0 where the episode terminated (not truncated)
     # prioritized replay: the rows' replay indices and importance weights; a learner given
     # weights weighs its TD loss by them and returns `td_errors` (one per row) for new priorities
     indices: np.ndarray | None = None

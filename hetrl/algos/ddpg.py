@@ -65,7 +65,7 @@ class DDPG(Learner):
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         with torch.no_grad():
             next_q = self.critic_target(batch.next_obs, self.actor_target(batch.next_obs))
-            td_target = batch.rewards + self.gamma * (1.0 - batch.dones) * next_q
+            td_target = batch.rewards + self.gamma * (1.0 - batch.terminated) * next_q
 
         q = self.critic(batch.obs, batch.actions)
         critic_loss = F.mse_loss(q, td_target)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any, Callable
+from typing import Callable
 
 import gymnasium as gym
 import numpy as np
 
+from hetrl.actors.base import Actors
 from hetrl.algos.base import Learner
 from hetrl.precision.uniform import UniformPrecision
 from hetrl.replay.uniform import UniformReplay
@@ -32,7 +33,7 @@ class Training:
     report: Callable[[int, dict[str, float]], None]  # (step, metrics): tracker and progress
     checkpoint: Callable[[LoopState], None]
     stop: threading.Event = field(default_factory=threading.Event)
-    actors: Any = None  # the `actors` option built (hetrl.actors): where and in which precision
+    actors: Actors | None = None  # where acting happens and in which precision
     make_envs: Callable[[], gym.vector.VectorEnv] | None = None  # more envs like `envs`
     seed: int = 0
 
