@@ -7,7 +7,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hetrl.algos.base import Batch, Learner
+from hetrl.algos.base import Batch, OffPolicyLearner
 from hetrl.algos.networks import Actor, QCritic, adam, flat_dim, frozen_copy, polyak_update
 from hetrl.algos.noise import ActionNoise
 from hetrl.partition.builder import mlp_input_shape
@@ -16,7 +16,7 @@ from hetrl.partition.steps import actor_critic_step_graph
 from hetrl.schema import ActionSpace
 
 
-class DDPG(Learner):
+class DDPG(OffPolicyLearner):
     action_space = ActionSpace.continuous
 
     def __init__(

@@ -7,14 +7,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hetrl.algos.base import Batch, Learner
+from hetrl.algos.base import Batch, OffPolicyLearner
 from hetrl.algos.networks import adam, frozen_copy, network
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.steps import dqn_step_graph
 from hetrl.schema import ActionSpace
 
 
-class DQN(Learner):
+class DQN(OffPolicyLearner):
     action_space = ActionSpace.discrete
     policy_attr = "q"
 

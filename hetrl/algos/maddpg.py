@@ -16,12 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hetrl.algos.base import Batch, Learner
+from hetrl.algos.base import Batch, OffPolicyLearner
 from hetrl.algos.networks import adam, frozen, frozen_copy, mlp, polyak_update
 from hetrl.schema import ActionSpace, Agents
 
 
-class MADDPG(Learner):
+class MADDPG(OffPolicyLearner):
     action_space = ActionSpace.discrete
     agents = Agents.multi
 

@@ -59,10 +59,11 @@ class MultiAgentReplay:
         return self.size
 
     def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
-            next_obs: np.ndarray, terminated: np.ndarray,
-            truncated: np.ndarray | None = None) -> None:
+            next_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray | None = None,
+            stream: int = 0) -> None:
         """Store one transition per env, overwriting the oldest when full. `terminated` (one
-        per env) applies to every agent; `truncated` is unused (no n-step returns here)."""
+        per env) applies to every agent; `truncated` and `stream` are unused (no n-step
+        returns here)."""
         n = len(obs)
         if self.pos + n > self.allocated and self.allocated < self.capacity:
             self.allocated = min(self.capacity, max(2 * self.allocated, self.pos + n))

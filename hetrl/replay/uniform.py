@@ -93,6 +93,9 @@ class UniformReplay:
                                   for column in self._columns())
         return Batch(*transition, discounts=discounts)
 
+    def update_priorities(self, indices: np.ndarray, td_errors: torch.Tensor) -> None:
+        """Uniform sampling keeps no priorities (its batches carry no weights)."""
+
     def state_dict(self) -> dict[str, Any]:
         """The stored transitions (only the filled part), the ring position and the n-step
         windows still open."""

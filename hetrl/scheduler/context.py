@@ -12,8 +12,8 @@ import numpy as np
 
 from hetrl.actors.base import Actors
 from hetrl.algos.base import Learner
-from hetrl.precision.uniform import UniformPrecision
-from hetrl.replay.uniform import UniformReplay
+from hetrl.precision.base import Precision
+from hetrl.replay.base import Replay
 from hetrl.scheduler.state import LoopState
 
 
@@ -24,9 +24,9 @@ class Stopped(KeyboardInterrupt):
 @dataclass
 class Training:
     envs: gym.vector.VectorEnv
-    learner: Learner
-    replay: UniformReplay
-    precision: UniformPrecision
+    learner: Learner  # an OffPolicyLearner or an OnPolicyLearner, as the scheduler needs
+    replay: Replay  # unused by on-policy loops (they keep their own rollout)
+    precision: Precision
     steps: int
     log_every: int
     checkpoint_every: int  # 0: no periodic checkpoints
