@@ -788,6 +788,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     _check_replay_fits_env(cfg, choices)
     _check_algo_fits_platform(cfg, choices)
     _check_actors_fit_scheduler(cfg, choices)
+    _check_scheduler_fits_env(cfg, choices)
 
 
 def _check_algo_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
@@ -865,4 +866,20 @@ def _check_actors_fit_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> 
             f"actors={choices['actors']} does not fit scheduler={choices['scheduler']}: "
             f"choose actors from {fitting} (scheduler=actorq runs an actor pool, the other "
             "schedulers act in the learner's process)"
+        )
+
+
+def _check_scheduler_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    """A scheduler names the kinds of env (single- or multi-agent) its loop steps."""
+    from hetrl.options import group_options, option_class  # import late, as above
+
+    def steps(option: str, agents: Agents) -> bool:
+        return agents in option_class("scheduler", option).agents
+
+    agents = Agents(cfg.env.agents)
+    if agents not in get_class(cfg.scheduler._target_).agents:
+        fitting = [o for o in group_options("scheduler") if steps(o, agents)]
+        raise ConfigError(
+            f"scheduler={choices['scheduler']} does not step {agents.value}-agent envs such "
+            f"as env={choices['env']}: choose scheduler from {fitting}"
         )

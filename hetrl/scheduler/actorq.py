@@ -25,11 +25,13 @@ from hetrl.algos.base import OffPolicyLearner
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.state import LoopState, PhaseTimer
 from hetrl.scheduler.updates import Updates
+from hetrl.schema import Agents
 
 
 class ActorQScheduler:
     on_policy = False
     actor_pool = True  # needs actors=process or actors=ray
+    agents = (Agents.single,)  # the actors step gymnasium vector envs
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         pool: ActorPool = t.actors  # type: ignore[assignment]  # validate() ensures it

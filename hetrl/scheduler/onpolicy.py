@@ -10,6 +10,7 @@ from hetrl.replay.rollout import RolloutBuffer
 from hetrl.scheduler.autoreset import episode_returns, final_obs
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.state import LoopState, PhaseTimer
+from hetrl.schema import Agents
 
 
 class OnPolicyScheduler:
@@ -21,6 +22,7 @@ class OnPolicyScheduler:
     """
 
     on_policy = True
+    agents = (Agents.single,)
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         envs = t.envs

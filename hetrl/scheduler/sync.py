@@ -7,6 +7,7 @@ from hetrl.scheduler.autoreset import episode_returns, stored_next_obs
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.state import LoopState, PhaseTimer
 from hetrl.scheduler.updates import Updates
+from hetrl.schema import Agents
 
 
 class SyncScheduler:
@@ -17,6 +18,7 @@ class SyncScheduler:
     """
 
     on_policy = False
+    agents = (Agents.single, Agents.multi)
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         envs, replay = t.envs, t.replay
