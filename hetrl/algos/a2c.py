@@ -26,21 +26,13 @@ class A2C(OnPolicyLearner):
         obs_space: gym.Space,
         act_space: gym.Space,
         *,
-        n_steps: int,
-        n_envs: int,
-        gae_lambda: float,
         ent_coef: float,
         vf_coef: float,
         max_grad_norm: float,
         normalize_advantage: bool,
-        device: torch.device,
-        hidden: list[int],
-        lr: float,
-        gamma: float,
-        policy_hidden: list[int] | None = None,
+        **common,
     ) -> None:
-        super().__init__(n_steps=n_steps, n_envs=n_envs, gae_lambda=gae_lambda, device=device,
-                         hidden=hidden, lr=lr, gamma=gamma, policy_hidden=policy_hidden)
+        super().__init__(**common)
         self.ent_coef, self.vf_coef = ent_coef, vf_coef
         self.max_grad_norm = max_grad_norm
         self.normalize_advantage = normalize_advantage
