@@ -266,7 +266,7 @@ class PlainDQN:
     def step(self, b: Batch) -> None:
         with torch.no_grad():
             next_v = self.q_target(b.next_obs).max(dim=1).values
-            target = b.rewards + self.gamma * (1.0 - b.dones) * next_v
+            target = b.rewards + self.gamma * (1.0 - b.terminated) * next_v
         q = self.q(b.obs).gather(1, b.actions.view(-1, 1)).squeeze(1)
         loss = F.smooth_l1_loss(q, target)
         self.opt.zero_grad(set_to_none=True)
@@ -299,7 +299,7 @@ class PlainDDPG:
         with torch.no_grad():
             next_a = self.actor_t(b.next_obs) * self.scale
             next_q = self.critic_t(torch.cat([b.next_obs, next_a], 1)).squeeze(1)
-            target = b.rewards + self.gamma * (1.0 - b.dones) * next_q
+            target = b.rewards + self.gamma * (1.0 - b.terminated) * next_q
         q = self.critic(torch.cat([b.obs, b.actions], 1)).squeeze(1)
         critic_loss = F.mse_loss(q, target)
         self.critic_opt.zero_grad(set_to_none=True)

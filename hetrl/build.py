@@ -15,10 +15,13 @@ import gymnasium as gym
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from hetrl.actors.base import Actors
 from hetrl.algos.base import Learner
 from hetrl.partition.planning import StepPlan, plan_measured_step, plan_step
 from hetrl.platform.host import HostPlatform
 from hetrl.platform.model import ModeledPlatform
+from hetrl.precision.base import Precision
+from hetrl.replay.base import Replay
 from hetrl.seeding import seed_everything
 
 
@@ -28,11 +31,11 @@ class Components:
 
     envs: gym.vector.VectorEnv
     learner: Learner
-    replay: Any  # the `replay` option (unused by on-policy learners)
-    precision: Any  # the `precision` option, already applied to the learner
+    replay: Replay  # unused by on-policy learners
+    precision: Precision  # already applied to the learner
     platform: HostPlatform | ModeledPlatform
     step_plan: StepPlan | None  # the learner's step planned on the platform, if it has one
-    actors: Any  # the `actors` option: where acting happens and in which precision
+    actors: Actors  # where acting happens and in which precision
     scheduler: Any  # the `scheduler` option: the training loop
     make_envs: Callable[..., gym.vector.VectorEnv]  # more envs like `envs` (keyword overrides)
 
@@ -69,7 +72,7 @@ def build(cfg: DictConfig, plan: bool = True) -> Components:
 
 
 def _plan(cfg: DictConfig, learner: Learner, platform: HostPlatform | ModeledPlatform,
-          precision: Any, spaces: dict[str, gym.Space]) -> StepPlan | None:
+          precision: Precision, spaces: dict[str, gym.Space]) -> StepPlan | None:
     """A modeled platform plans the step from modeled costs; the host from costs measured on
     its devices (unless `platform.measure_layers=false`); learners with no task graph
     (multi-agent) have no plan on the host."""

@@ -35,6 +35,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     _check_algo_fits_platform(cfg, choices)
     _check_precision_fits_platform(cfg, choices)
     _check_actors_fit_scheduler(cfg, choices)
+    _check_scheduler_fits_env(cfg, choices)
     OmegaConf.to_object(cfg)  # builds each dataclass, which runs its __post_init__
 
 
@@ -100,6 +101,18 @@ def _check_actors_fit_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> 
             f"actors={choices['actors']} does not fit scheduler={choices['scheduler']}: "
             f"choose actors from {fitting} (scheduler=actorq runs an actor pool, the other "
             "schedulers act in the learner's process)"
+        )
+
+
+def _check_scheduler_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    """A scheduler names the kinds of env (single- or multi-agent) its loop steps."""
+    agents = Agents(cfg.env.agents)
+    if agents not in get_class(cfg.scheduler._target_).agents:
+        fitting = [o for o in group_options("scheduler")
+                   if agents in option_class("scheduler", o).agents]
+        raise ConfigError(
+            f"scheduler={choices['scheduler']} does not step {agents.value}-agent envs such "
+            f"as env={choices['env']}: choose scheduler from {fitting}"
         )
 
 

@@ -25,19 +25,19 @@ def _step(acc: NStepAccumulator, t: int, reward: float, terminated=False, trunca
 def test_n_step_transitions_by_hand():
     acc = NStepAccumulator(n=3, gamma=GAMMA, n_envs=1)
     assert _step(acc, 0, 1.0) == () and _step(acc, 1, 2.0) == ()
-    obs, actions, returns, next_obs, dones, discounts = _step(acc, 2, 4.0)
+    obs, actions, returns, next_obs, terminated, discounts = _step(acc, 2, 4.0)
     # s0 -> s3: 1 + 0.5·2 + 0.25·4 = 3, bootstrapped with 0.5^3
     assert (obs[0, 0], actions[0], next_obs[0, 0]) == (0, 0, 3)
-    assert (returns[0], dones[0], discounts[0]) == (3.0, 0.0, 0.125)
+    assert (returns[0], terminated[0], discounts[0]) == (3.0, 0.0, 0.125)
     # the episode terminates at s4: both open windows leave, with what they hold
-    obs, _, returns, next_obs, dones, discounts = _step(acc, 3, 8.0, terminated=True)
+    obs, _, returns, next_obs, terminated, discounts = _step(acc, 3, 8.0, terminated=True)
     assert obs[:, 0].tolist() == [1, 2, 3] and next_obs[:, 0].tolist() == [4, 4, 4]
-    assert returns.tolist() == [2 + 2 + 2, 4 + 4, 8] and dones.tolist() == [1, 1, 1]
+    assert returns.tolist() == [2 + 2 + 2, 4 + 4, 8] and terminated.tolist() == [1, 1, 1]
     assert discounts.tolist() == [0.125, 0.25, 0.5]
-    # a truncated episode leaves its windows to bootstrap (done stays 0)
+    # a truncated episode leaves its windows to bootstrap (terminated stays 0)
     _step(acc, 10, 1.0)
-    *_, dones, discounts = _step(acc, 11, 1.0, truncated=True)
-    assert dones.tolist() == [0, 0] and discounts.tolist() == [0.25, 0.5]
+    *_, terminated, discounts = _step(acc, 11, 1.0, truncated=True)
+    assert terminated.tolist() == [0, 0] and discounts.tolist() == [0.25, 0.5]
 
 
 def test_replay_keeps_one_window_per_stream_and_checkpoints_it():

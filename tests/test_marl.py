@@ -41,6 +41,9 @@ def test_matd3_with_prioritized_locality_times_every_phase(tmp_path):
     (("algo=maddpg", "replay/sampler=locality", "replay.sampler.refs=8"),
      ["replay.sampler.refs=8", "algo.batch_size (1024)"]),
     (("algo=matd3", "platform=versal"), ["algo=matd3", "platform=versal", "platform=host"]),
+    # ActorQ's actors step gymnasium vector envs, and its learner would not find MADDPG's policy
+    (("algo=maddpg", "scheduler=actorq"), ["scheduler=actorq", "multi-agent",
+                                           "env=simple_spread", "['sync']"]),
 ])
 def test_mismatched_choices_are_named_with_the_valid_ones(overrides, named):
     cfg, choices = compose_job(*overrides)

@@ -70,9 +70,9 @@ def test_every_sampler_with_every_layout_returns_what_was_stored(sampler):
         for column, name in ((0, "obs"), (1, "actions"), (2, "rewards"), (3, "next_obs")):
             rows = torch.stack([torch.as_tensor(_transition(int(t))[column][0]) for t in ids])
             assert torch.equal(getattr(batch, name), rows.to(getattr(batch, name).dtype)), name
-        assert torch.equal(batch.dones, (ids % 2)[:, None].expand(-1, N_AGENTS))
+        assert torch.equal(batch.terminated, (ids % 2)[:, None].expand(-1, N_AGENTS))
     per_agent, joint = batches
-    for name in ("obs", "actions", "rewards", "next_obs", "dones", "weights"):
+    for name in ("obs", "actions", "rewards", "next_obs", "terminated", "weights"):
         a, b = getattr(per_agent, name), getattr(joint, name)
         assert (a is None and b is None) or torch.equal(a, b), name
 

@@ -23,7 +23,7 @@ def test_sampled_rows_are_stored_transitions():
     ids = batch.obs[:, 0]
     assert torch.all(ids < 50) and torch.equal(ids, batch.rewards)
     assert torch.equal(batch.next_obs, batch.obs + 0.5)
-    assert torch.equal(batch.actions, ids.long() % 4) and torch.equal(batch.dones, ids % 2)
+    assert torch.equal(batch.actions, ids.long() % 4) and torch.equal(batch.terminated, ids % 2)
 
 
 def test_ring_overwrites_the_oldest_and_wraps_a_multi_env_add():

@@ -1,9 +1,19 @@
-"""The sync loop keeps SB3's schedule whatever the number of envs, and times its phases."""
+"""The sync loop keeps SB3's schedule whatever the number of envs, and times its phases; the
+update step every replay loop calls hands a prioritized replay its new priorities."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
+import torch
 from helpers import run_job
+
+from hetrl.algos.base import Batch
+from hetrl.precision.uniform import UniformPrecision
+from hetrl.scheduler.state import LoopState
+from hetrl.scheduler.updates import Updates
 
 SCHEDULE = ("algo=dqn", "env=cartpole", "steps=1000", "algo.learning_starts=200",
             "algo.train_freq=4", "algo.gradient_steps=2", "algo.hidden=[32]", "tracking=none")
@@ -32,3 +42,34 @@ def test_bf16_precision_trains_ddpg(tmp_path):
     result = run_job(tmp_path, "algo=ddpg", "precision=bf16", "steps=400",
                      "algo.learning_starts=100", "algo.batch_size=32", "tracking=none")
     assert result["updates"] == 300 and result["learner/critic_loss"] >= 0
+
+
+class _PrioritizedReplay:
+    """Two weighted rows per batch; remembers the priorities it is handed."""
+
+    def __init__(self) -> None:
+        self.handed: list[tuple[list[int], list[float]]] = []
+
+    def sample(self, n: int) -> Batch:
+        rows = torch.zeros(n)
+        return Batch(rows, rows, rows, rows, rows, indices=np.arange(n), weights=torch.ones(n))
+
+    def update_priorities(self, indices: np.ndarray, td_errors: torch.Tensor) -> None:
+        self.handed.append((indices.tolist(), td_errors.tolist()))
+
+
+def test_the_update_step_follows_the_schedule_and_hands_back_priorities():
+    learner = SimpleNamespace(
+        device=torch.device("cpu"), batch_size=2, train_freq=4, gradient_steps=3,
+        learning_starts=8,
+        update=lambda batch: {"loss": torch.tensor(1.0), "td_errors": torch.tensor([0.5, 2.0])})
+    replay, state = _PrioritizedReplay(), LoopState()
+    updates = Updates(learner, replay, UniformPrecision("float32"), state)
+    # 6 env steps: one train_freq of 4, but not past learning_starts (8); 2 steps carry over
+    assert updates.owed(6) == 0 and state.pending == 2
+    # 2 + 6 more: two train_freqs, past learning_starts: 3 updates each
+    assert updates.owed(6) == 2 * 3 and (state.step, state.pending) == (12, 0)
+    assert updates.owed(3) == 0 and updates.owed(1) == 3
+    assert updates.step() == {"loss": torch.tensor(1.0)}  # td_errors went to the replay
+    assert replay.handed == [([0, 1], [0.5, 2.0])] and state.updates == 1
+    assert {"sample", "update", "priority_update"} <= set(state.phase_s)

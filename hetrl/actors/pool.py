@@ -6,7 +6,7 @@ from typing import Callable
 
 import gymnasium as gym
 
-from hetrl.actors.local import LocalActors
+from hetrl.actors.base import Actors
 from hetrl.actors.weights import QuantizeOn
 from hetrl.actors.worker import Chunk
 from hetrl.algos.base import Learner
@@ -16,7 +16,7 @@ class ActorError(RuntimeError):
     """An actor failed; the message holds its traceback."""
 
 
-class ActorPool(LocalActors):
+class ActorPool(Actors):
     """`n` actors, each pulling new weights every `pull_every` of its env steps, quantized on
     the learner's side (q_c) or its own (q). Subclasses run them somewhere (processes, Ray).
 

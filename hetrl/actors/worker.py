@@ -20,6 +20,7 @@ import torch
 from hetrl.actors.weights import deserialize
 from hetrl.algos.base import Learner
 from hetrl.quant import QuantSpec, quantize_policy
+from hetrl.scheduler.autoreset import episode_returns, stored_next_obs
 from hetrl.seeding import seed_everything
 
 STATS = ("step_s", "env_s", "pull_s", "deserialize_s", "load_state_dict_s", "comm_bytes", "pulls",
@@ -108,13 +109,11 @@ class ActorWorker:
             stats["step_s"] += acted - start
             stats["env_s"] += perf_counter() - acted
             done = terminated | truncated
-            stored_next = next_obs
-            if done.any():  # same-step autoreset: the true last obs is in final_obs
-                stored_next = next_obs.copy()
-                stored_next[done] = np.stack(info["final_obs"][done])
+            if done.any():
                 learner.end_episodes(done)
-                returns.append(info["episode"]["r"][info["_episode"]])
-            for column, value in zip(columns, (self.obs, actions, rewards, stored_next,
+                returns.append(episode_returns(info))
+            for column, value in zip(columns, (self.obs, actions, rewards,
+                                               stored_next_obs(next_obs, done, info),
                                                terminated, truncated)):
                 column.append(value)
             self.obs = next_obs

@@ -1,10 +1,6 @@
 """A2C (Mnih et al. 2016, synchronous variant as in SB3): separate actor and critic MLPs,
-GAE advantages, one gradient step per rollout on policy loss + value loss − entropy bonus.
-
-On-policy schedule in the base Learner's terms (the scheduler reads them): a rollout is
-`n_steps` steps of each of `n_envs` envs, so `train_freq` = `buffer_size` = n_steps × n_envs,
-`learning_starts` = 0, and `batch_size` × `gradient_steps` covers the rollout `n_epochs`
-times (A2C: one batch of the whole rollout, one epoch).
+GAE advantages, one gradient step per rollout (one batch of the whole rollout, one epoch)
+on policy loss + value loss − entropy bonus.
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hetrl.algos.base import Learner
+from hetrl.algos.base import OnPolicyLearner
 from hetrl.algos.networks import StochasticPolicy, network
 from hetrl.config.enums import ActionSpace, Agents
 from hetrl.partition.graph import TaskGraph
@@ -24,33 +20,20 @@ from hetrl.partition.steps import policy_gradient_step_graph
 from hetrl.replay.rollout import RolloutBatch
 
 
-class A2C(Learner):
-    on_policy = True
-
+class A2C(OnPolicyLearner):
     def __init__(
         self,
         obs_space: gym.Space,
         act_space: gym.Space,
         *,
-        n_steps: int,
-        n_envs: int,
-        gae_lambda: float,
         ent_coef: float,
         vf_coef: float,
         max_grad_norm: float,
         normalize_advantage: bool,
-        device: torch.device,
-        hidden: list[int],
-        lr: float,
-        gamma: float,
-        policy_hidden: list[int] | None = None,
+        **common,
     ) -> None:
-        rollout = n_steps * n_envs
-        super().__init__(device=device, batch_size=rollout, buffer_size=rollout,
-                         learning_starts=0, train_freq=rollout, gradient_steps=1,
-                         hidden=hidden, lr=lr, gamma=gamma, policy_hidden=policy_hidden)
-        self.n_steps, self.n_epochs = n_steps, 1
-        self.gae_lambda, self.ent_coef, self.vf_coef = gae_lambda, ent_coef, vf_coef
+        super().__init__(**common)
+        self.ent_coef, self.vf_coef = ent_coef, vf_coef
         self.max_grad_norm = max_grad_norm
         self.normalize_advantage = normalize_advantage
         self.obs_shape = tuple(obs_space.shape)
@@ -73,7 +56,6 @@ class A2C(Learner):
 
     @torch.no_grad()
     def explore(self, obs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sampled actions for a batch of observations, their log-probabilities, V(obs)."""
         obs_t = self.obs_tensor(obs)
         dist = self.actor.distribution(obs_t)
         actions = dist.sample()

@@ -1,4 +1,5 @@
-"""What every learner shares: the training schedule, device handling, checkpoint state."""
+"""What every learner shares (device, networks, optimizer steps, checkpoint state), and what
+each kind adds: off-policy learners a replay schedule, on-policy ones a rollout."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ class Batch(NamedTuple):
     actions: torch.Tensor
     rewards: torch.Tensor
     next_obs: torch.Tensor
-    dones: torch.Tensor  # 1.0 where the episode terminated (not truncated)
+    terminated: torch.Tensor  # 1.0 where the episode terminated (not truncated)
     # prioritized replay: the rows' replay indices and importance weights; a learner given
     # weights weighs its TD loss by them and returns `td_errors` (one per row) for new priorities
     indices: np.ndarray | None = None
@@ -29,16 +30,16 @@ class Batch(NamedTuple):
 
 class Learner(nn.Module):
     """Networks plus an update rule. Subclasses set `action_space` and implement
-    `act` and `update`; their networks and optimizers are found by attribute.
-
-    The schedule hyperparameters (`batch_size`, `learning_starts`, `train_freq`,
-    `gradient_steps`) belong to the algorithm, as in SB3; the scheduler reads them here.
+    `act` and `update`; their networks and optimizers are found by attribute. A learner is
+    an `OffPolicyLearner` or an `OnPolicyLearner`: the loop that trains it reads its
+    schedule there.
     """
 
     action_space: ClassVar[ActionSpace]
     agents: ClassVar[Agents] = Agents.single
     on_policy: ClassVar[bool] = False  # trains on its own fresh rollouts (scheduler=onpolicy)
     policy_attr: ClassVar[str] = "actor"  # the attribute holding the network `act` runs
+    batch_size: int  # rows of the batch one `update` takes (set by each kind)
 
     @classmethod
     def supports(cls, space: ActionSpace, agents: Agents = Agents.single) -> bool:
@@ -49,11 +50,6 @@ class Learner(nn.Module):
         self,
         *,
         device: torch.device,
-        batch_size: int,
-        buffer_size: int,
-        learning_starts: int,
-        train_freq: int,
-        gradient_steps: int,
         hidden: list[int],
         lr: float,
         gamma: float,
@@ -61,11 +57,6 @@ class Learner(nn.Module):
     ) -> None:
         super().__init__()
         self.device = device
-        self.batch_size = batch_size
-        self.buffer_size = buffer_size
-        self.learning_starts = learning_starts
-        self.train_freq = train_freq
-        self.gradient_steps = gradient_steps
         self.hidden = list(hidden)
         self.policy_hidden = list(policy_hidden or hidden)  # the network `act` runs
         self.lr = lr
@@ -156,3 +147,57 @@ class Learner(nn.Module):
         self.skipped_steps = state["skipped_steps"]
         if self.scaler is not None:
             self.scaler.load_state_dict(state["scaler"])
+
+
+class OffPolicyLearner(Learner):
+    """A learner trained from a replay. Its schedule belongs to the algorithm, as in SB3, and
+    the loops read it here: after `learning_starts` env steps, `gradient_steps` updates on
+    batches of `batch_size` every `train_freq` env steps (counted across envs), from a
+    replay of `buffer_size` transitions."""
+
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        buffer_size: int,
+        learning_starts: int,
+        train_freq: int,
+        gradient_steps: int,
+        **common: Any,
+    ) -> None:
+        super().__init__(**common)
+        self.batch_size = batch_size
+        self.buffer_size = buffer_size
+        self.learning_starts = learning_starts
+        self.train_freq = train_freq
+        self.gradient_steps = gradient_steps
+
+
+class OnPolicyLearner(Learner):
+    """A learner trained on its own fresh rollouts of `n_steps` steps of each of `n_envs`
+    envs: GAE advantages (`gamma`, `gae_lambda`), then `n_epochs` passes over the rollout in
+    minibatches of `batch_size` (by default one epoch, one batch of the whole rollout)."""
+
+    on_policy = True
+
+    def __init__(self, *, n_steps: int, n_envs: int, gae_lambda: float, **common: Any) -> None:
+        super().__init__(**common)
+        self.n_steps, self.n_envs, self.gae_lambda = n_steps, n_envs, gae_lambda
+        self.batch_size, self.n_epochs = self.rollout_size, 1
+
+    @property
+    def rollout_size(self) -> int:
+        """Env steps (transitions) in one rollout, across envs."""
+        return self.n_steps * self.n_envs
+
+    def explore(self, obs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sampled actions for a batch of observations, their log-probabilities, V(obs)."""
+        raise NotImplementedError
+
+    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+        """Sampled actions as the env takes them."""
+        raise NotImplementedError
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """V(obs), float32."""
+        raise NotImplementedError

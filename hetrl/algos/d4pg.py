@@ -47,8 +47,8 @@ class D4PG(DDPG):
         n_step: int,
         **ddpg,
     ) -> None:
+        del n_step  # the replay's (`replay.n_step` follows it): targets use batch.discounts
         super().__init__(obs_space, act_space, **ddpg)
-        self.n_step = n_step  # the replay's; kept for the record (targets use batch.discounts)
         self.critic = DistributionalCritic(flat_dim(obs_space), flat_dim(act_space),
                                            self.hidden, atoms).to(self.device)
         self.critic_target = frozen_copy(self.critic)
@@ -63,7 +63,7 @@ class D4PG(DDPG):
         with torch.no_grad():
             next_logits = self.critic_target(batch.next_obs, self.actor_target(batch.next_obs))
             discounts = (torch.full_like(batch.rewards, self.gamma) if batch.discounts is None
-                         else batch.discounts) * (1.0 - batch.dones)
+                         else batch.discounts) * (1.0 - batch.terminated)
             target = project(self.support, next_logits.softmax(dim=1), batch.rewards, discounts)
 
         logits = self.critic(batch.obs, batch.actions)

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hetrl.algos.base import Batch, Learner
+from hetrl.algos.base import Batch, OffPolicyLearner
 from hetrl.algos.networks import Actor, QCritic, adam, flat_dim, frozen_copy, polyak_update
 from hetrl.algos.noise import ActionNoise
 from hetrl.config.enums import ActionSpace
@@ -16,7 +16,7 @@ from hetrl.partition.graph import TaskGraph
 from hetrl.partition.steps import actor_critic_step_graph
 
 
-class DDPG(Learner):
+class DDPG(OffPolicyLearner):
     action_space = ActionSpace.continuous
 
     def __init__(
@@ -65,7 +65,7 @@ class DDPG(Learner):
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         with torch.no_grad():
             next_q = self.critic_target(batch.next_obs, self.actor_target(batch.next_obs))
-            td_target = batch.rewards + self.gamma * (1.0 - batch.dones) * next_q
+            td_target = batch.rewards + self.gamma * (1.0 - batch.terminated) * next_q
 
         q = self.critic(batch.obs, batch.actions)
         critic_loss = F.mse_loss(q, td_target)

@@ -7,14 +7,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hetrl.algos.base import Batch, Learner
+from hetrl.algos.base import Batch, OffPolicyLearner
 from hetrl.algos.networks import adam, frozen_copy, network
 from hetrl.config.enums import ActionSpace
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.steps import dqn_step_graph
 
 
-class DQN(Learner):
+class DQN(OffPolicyLearner):
     action_space = ActionSpace.discrete
     policy_attr = "q"
 
@@ -73,7 +73,7 @@ class DQN(Learner):
                 next_value = next_q.gather(1, best).squeeze(1)
             else:
                 next_value = next_q.max(dim=1).values
-            td_target = batch.rewards + self.gamma * (1.0 - batch.dones) * next_value
+            td_target = batch.rewards + self.gamma * (1.0 - batch.terminated) * next_value
 
         q = self.q(batch.obs).gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
         loss = F.smooth_l1_loss(q, td_target)

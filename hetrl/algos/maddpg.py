@@ -16,12 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hetrl.algos.base import Batch, Learner
+from hetrl.algos.base import Batch, OffPolicyLearner
 from hetrl.algos.networks import adam, frozen, frozen_copy, mlp, polyak_update
 from hetrl.config.enums import ActionSpace, Agents
 
 
-class MADDPG(Learner):
+class MADDPG(OffPolicyLearner):
     action_space = ActionSpace.discrete
     agents = Agents.multi
 
@@ -76,7 +76,7 @@ class MADDPG(Learner):
         with self.timer("target_q"), torch.no_grad():
             next_actions = self._soft_actions(self.actor_targets, batch.next_obs)
             next_q = self.critic_targets[i](self._joint(batch.next_obs, next_actions)).squeeze(1)
-            td_target = batch.rewards[:, i] + self.gamma * (1.0 - batch.dones[:, i]) * next_q
+            td_target = batch.rewards[:, i] + self.gamma * (1.0 - batch.terminated[:, i]) * next_q
 
         with self.timer("q_loss"):
             q = self.critics[i](self._joint(batch.obs, actions)).squeeze(1)

@@ -47,7 +47,7 @@ class MATD3(MADDPG):
             joint_next = self._joint(batch.next_obs, next_actions)
             next_q = torch.min(self.critic_targets[i](joint_next),
                                self.critic2_targets[i](joint_next)).squeeze(1)
-            td_target = batch.rewards[:, i] + self.gamma * (1.0 - batch.dones[:, i]) * next_q
+            td_target = batch.rewards[:, i] + self.gamma * (1.0 - batch.terminated[:, i]) * next_q
 
         with self.timer("q_loss"):
             joint = self._joint(batch.obs, actions)

@@ -1,10 +1,9 @@
 """PPO (Schulman et al. 2017), clipped surrogate objective, as in SB3/CleanRL: A2C's networks
 and rollout, trained for `n_epochs` passes over the rollout in shuffled minibatches of
-`batch_size`, with Adam. `gradient_steps` = n_epochs × minibatches per rollout."""
+`batch_size`, with Adam."""
 
 from __future__ import annotations
 
-from math import ceil
 from typing import Iterable
 
 import gymnasium as gym
@@ -28,7 +27,6 @@ class PPO(A2C):
     ) -> None:
         super().__init__(obs_space, act_space, **a2c)
         self.batch_size, self.n_epochs, self.clip_range = batch_size, n_epochs, clip_range
-        self.gradient_steps = n_epochs * ceil(self.buffer_size / batch_size)
 
     def make_optimizer(self, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
         """SB3's PPO optimizer: Adam with eps 1e-5."""

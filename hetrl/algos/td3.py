@@ -45,7 +45,7 @@ class TD3(DDPG):
                 self.critic_target(batch.next_obs, next_actions),
                 self.critic2_target(batch.next_obs, next_actions),
             )
-            td_target = batch.rewards + self.gamma * (1.0 - batch.dones) * next_q
+            td_target = batch.rewards + self.gamma * (1.0 - batch.terminated) * next_q
 
         q1 = self.critic(batch.obs, batch.actions)
         q2 = self.critic2(batch.obs, batch.actions)

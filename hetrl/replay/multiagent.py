@@ -28,7 +28,8 @@ from hetrl.replay.samplers import UniformSampler
 INITIAL_ROWS = 4096
 
 Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-"""obs (n, N, D), actions (n, N) int64, rewards (n, N), next_obs (n, N, D), dones (n, N)."""
+"""obs (n, N, D), actions (n, N) int64, rewards (n, N), next_obs (n, N, D), terminated
+(n, N)."""
 
 
 class MultiAgentReplay:
@@ -57,16 +58,19 @@ class MultiAgentReplay:
         return self.size
 
     def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
-            next_obs: np.ndarray, dones: np.ndarray, truncated: np.ndarray | None = None) -> None:
-        """Store one transition per env, overwriting the oldest when full. `dones` (one per
-        env) applies to every agent; `truncated` is unused (no n-step returns here)."""
+            next_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray | None = None,
+            stream: int = 0) -> None:
+        """Store one transition per env, overwriting the oldest when full. `terminated` (one
+        per env) applies to every agent; `truncated` and `stream` are unused (no n-step
+        returns here)."""
         n = len(obs)
         if self.pos + n > self.allocated and self.allocated < self.capacity:
             self.allocated = min(self.capacity, max(2 * self.allocated, self.pos + n))
             self.grow(self.allocated)
         slots = (self.pos + np.arange(n)) % self.capacity
-        dones = np.broadcast_to(np.asarray(dones, np.float32)[:, None], (n, self.n_agents))
-        self.write(slots, (obs, actions, rewards, next_obs, dones))
+        terminated = np.broadcast_to(np.asarray(terminated, np.float32)[:, None],
+                                     (n, self.n_agents))
+        self.write(slots, (obs, actions, rewards, next_obs, terminated))
         self.sampler.added(slots)
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
@@ -121,10 +125,10 @@ class PerAgentReplay(MultiAgentReplay):
         self.next_obs = [np.zeros((rows, d), np.float32) for d in self.obs_dims]
         self.actions = [np.zeros(rows, np.int64) for _ in self.obs_dims]
         self.rewards = [np.zeros(rows, np.float32) for _ in self.obs_dims]
-        self.dones = [np.zeros(rows, np.float32) for _ in self.obs_dims]
+        self.terminated = [np.zeros(rows, np.float32) for _ in self.obs_dims]
 
     def _fields(self) -> tuple[list[np.ndarray], ...]:
-        return self.obs, self.actions, self.rewards, self.next_obs, self.dones
+        return self.obs, self.actions, self.rewards, self.next_obs, self.terminated
 
     def grow(self, rows: int) -> None:
         for field in self._fields():
@@ -142,16 +146,17 @@ class PerAgentReplay(MultiAgentReplay):
         for i, d in enumerate(self.obs_dims):  # every agent's ring at the common indices
             obs[:, i, :d] = self.obs[i][idx]
             next_obs[:, i, :d] = self.next_obs[i][idx]
-        actions, rewards, dones = (np.stack([a[idx] for a in field], axis=1)
-                                   for field in (self.actions, self.rewards, self.dones))
-        return obs, actions, rewards, next_obs, dones
+        actions, rewards, terminated = (
+            np.stack([a[idx] for a in field], axis=1)
+            for field in (self.actions, self.rewards, self.terminated))
+        return obs, actions, rewards, next_obs, terminated
 
     def arrays(self) -> list[np.ndarray]:
         return [array for field in self._fields() for array in field]
 
 
 class JointReplay(MultiAgentReplay):
-    """One row per slot: [obs of all agents | actions | rewards | next_obs | dones], float32
+    """One row per slot: [obs of all agents | actions | rewards | next_obs | terminated], float32
     (actions are small integers, exact in float32). A batch is one gather of rows; its
     fields are views of the gathered block."""
 
@@ -174,10 +179,10 @@ class JointReplay(MultiAgentReplay):
     def gather(self, idx: np.ndarray) -> Columns:
         block = self.rows[idx]  # the one gather: contiguous rows
         n, agents = len(idx), self.n_agents
-        obs, actions, rewards, next_obs, dones = (
+        obs, actions, rewards, next_obs, terminated = (
             block[:, lo:hi] for lo, hi in zip(self.bounds[:-1], self.bounds[1:]))
         return (obs.reshape(n, agents, self.width), actions.astype(np.int64), rewards,
-                next_obs.reshape(n, agents, self.width), dones)
+                next_obs.reshape(n, agents, self.width), terminated)
 
     def arrays(self) -> list[np.ndarray]:
         return [self.rows]

@@ -1,4 +1,5 @@
-"""n-step transitions on the add path: (s_t, a_t, sum_k gamma^k r_{t+k}, s_{t+n}, done, gamma^n)."""
+"""n-step transitions on the add path: (s_t, a_t, sum_k gamma^k r_{t+k}, s_{t+n}, terminated,
+gamma^n)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections import deque
 import numpy as np
 
 Transitions = tuple[np.ndarray, ...]
-"""obs, actions, rewards, next_obs, dones, discounts: one row per transition."""
+"""obs, actions, rewards, next_obs, terminated, discounts: one row per transition."""
 
 
 class NStepAccumulator:
@@ -16,7 +17,7 @@ class NStepAccumulator:
     Each env keeps a window of its last (up to n) steps, each with the discounted reward
     summed so far. A window entry leaves once it spans n steps, bootstrapping from the
     newest next observation with discount gamma^n; when an episode ends every entry
-    leaves, with the rewards it has and gamma^k for its k steps (`done` set only if the
+    leaves, with the rewards it has and gamma^k for its k steps (`terminated` set only if the
     episode terminated, so a truncated one still bootstraps from its last observation).
     """
 

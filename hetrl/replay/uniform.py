@@ -39,7 +39,7 @@ class UniformReplay:
         self.next_obs = np.zeros_like(self.obs)
         self.actions = np.zeros((capacity, *act_shape), dtype=act_dtype)
         self.rewards = np.zeros(capacity, dtype=np.float32)
-        self.dones = np.zeros(capacity, dtype=np.float32)
+        self.terminated = np.zeros(capacity, dtype=np.float32)
         self.discounts = np.zeros(capacity, dtype=np.float32)
         self.pos = 0
         self.size = 0
@@ -48,7 +48,8 @@ class UniformReplay:
         return self.size
 
     def _columns(self) -> tuple[np.ndarray, ...]:
-        return self.obs, self.actions, self.rewards, self.next_obs, self.dones, self.discounts
+        return (self.obs, self.actions, self.rewards, self.next_obs, self.terminated,
+                self.discounts)
 
     def add(
         self,
@@ -56,20 +57,22 @@ class UniformReplay:
         actions: np.ndarray,
         rewards: np.ndarray,
         next_obs: np.ndarray,
-        dones: np.ndarray,
+        terminated: np.ndarray,
         truncated: np.ndarray | None = None,
         stream: int = 0,
     ) -> None:
-        """Store one step of a batch of envs (`dones`: terminated; `truncated` ends an
-        n-step window too), overwriting the oldest transitions when full."""
+        """Store one step of a batch of envs (`truncated` ends an n-step window too),
+        overwriting the oldest transitions when full."""
         if self.n_step == 1:
-            self._write(obs, actions, rewards, next_obs, dones, np.full(len(obs), self.gamma))
+            self._write(obs, actions, rewards, next_obs, terminated,
+                        np.full(len(obs), self.gamma))
             return
         if stream not in self.streams:
             self.streams[stream] = NStepAccumulator(self.n_step, self.gamma, len(obs))
         if truncated is None:
             truncated = np.zeros(len(obs), dtype=bool)
-        transitions = self.streams[stream].push(obs, actions, rewards, next_obs, dones, truncated)
+        transitions = self.streams[stream].push(obs, actions, rewards, next_obs, terminated,
+                                                 truncated)
         if transitions:
             self._write(*transitions)
 
@@ -89,6 +92,9 @@ class UniformReplay:
         *transition, discounts = (torch.from_numpy(column[idx]).to(self.device)
                                   for column in self._columns())
         return Batch(*transition, discounts=discounts)
+
+    def update_priorities(self, indices: np.ndarray, td_errors: torch.Tensor) -> None:
+        """Uniform sampling keeps no priorities (its batches carry no weights)."""
 
     def state_dict(self) -> dict[str, Any]:
         """The stored transitions (only the filled part), the ring position and the n-step

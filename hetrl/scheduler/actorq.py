@@ -4,10 +4,11 @@ Each actor takes `pull_every` env steps with the policy message it pulled before
 hands its transitions back and pulls again. The learner answers a finished actor at once (it
 looks for one between any two updates, so a pull need not wait for a whole chunk of training,
 as with the paper's separate model queue; but not while another chunk waits to be learned:
-that bounds how far actors run ahead, as the paper's rate limiter does) with the newest message (published again only when the weights have changed; none when the actor
-holds them already, an unchanged model costs no pull), then stores the
-transitions and owes the updates the sync loop's schedule gives for that many env steps
-(`train_freq`, `gradient_steps`, `learning_starts`, counted across actors). So with one actor
+that bounds how far actors run ahead, as the paper's rate limiter does) with the newest
+message (published again only when the weights have changed; none when the actor holds them
+already, an unchanged model costs no pull), then stores the transitions and runs the updates
+they are owed by the schedule every replay loop shares (hetrl.scheduler.updates:
+`train_freq`, `gradient_steps`, `learning_starts`, counted across actors). So with one actor
 and `pull_every=1` it is the sync loop, one update behind; with more actors or longer pulls
 the actors act on weights up to one chunk stale, as in the paper.
 """
@@ -15,25 +16,28 @@ the actors act on weights up to one chunk stale, as in the paper.
 from __future__ import annotations
 
 from collections import deque
-from contextlib import AbstractContextManager
 from typing import Callable
 
 from hetrl.actors.pool import ActorPool
 from hetrl.actors.weights import publish
 from hetrl.actors.worker import Chunk
+from hetrl.algos.base import OffPolicyLearner
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.state import LoopState, PhaseTimer
+from hetrl.scheduler.updates import Updates
+from hetrl.config.enums import Agents
 
 
 class ActorQScheduler:
     on_policy = False
     actor_pool = True  # needs actors=process or actors=ray
+    agents = (Agents.single,)  # the actors step gymnasium vector envs
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         pool: ActorPool = t.actors  # type: ignore[assignment]  # validate() ensures it
-        learner = t.learner
+        learner: OffPolicyLearner = t.learner  # type: ignore[assignment]  # as the pool
         timer = PhaseTimer(state.phase_s)
-        autocast = t.precision.autocast(learner.device)
+        updates = Updates(learner, t.replay, t.precision, state)
         n_envs = t.envs.num_envs
         learner_metrics: dict = {}
         boundary = StepBoundary(t, state)
@@ -82,7 +86,7 @@ class ActorQScheduler:
                 if chunk.rank in deferred:
                     deferred.discard(chunk.rank)
                     next_chunk(chunk.rank)
-                learner_metrics = self._learn(chunk, t, state, timer, autocast,
+                learner_metrics = self._learn(chunk, t, state, timer, updates,
                                               lambda: serve(block=False)) or learner_metrics
                 boundary(int(chunk.stats["steps"]), state.obs, learner_metrics)
         finally:
@@ -91,31 +95,22 @@ class ActorQScheduler:
 
     @staticmethod
     def _learn(chunk: Chunk, t: Training, state: LoopState, timer: PhaseTimer,
-               autocast: AbstractContextManager, serve: Callable[[], None]) -> dict:
+               updates: Updates, serve: Callable[[], None]) -> dict:
         """Store a chunk's transitions step by step and run the updates they are owed,
         serving the actors' pulls between updates."""
-        learner, replay = t.learner, t.replay
         owed = 0
         with timer("replay_add"):
             for i in range(len(chunk.obs)):
-                replay.add(chunk.obs[i], chunk.actions[i], chunk.rewards[i], chunk.next_obs[i],
-                           chunk.terminated[i], chunk.truncated[i], stream=chunk.rank)
-                n_envs = len(chunk.obs[i])
-                state.step += n_envs
-                rollouts, state.pending = divmod(state.pending + n_envs, learner.train_freq)
-                if state.step > learner.learning_starts:
-                    owed += rollouts * learner.gradient_steps
+                t.replay.add(chunk.obs[i], chunk.actions[i], chunk.rewards[i],
+                             chunk.next_obs[i], chunk.terminated[i], chunk.truncated[i],
+                             stream=chunk.rank)
+                owed += updates.owed(len(chunk.obs[i]))
         state.record_episodes(chunk.returns)
         totals = state.actors.setdefault(chunk.rank, {})
         for name, value in chunk.stats.items():
             totals[name] = totals.get(name, 0.0) + value
         metrics: dict = {}
         for _ in range(owed):
-            with timer("sample"):
-                batch = replay.sample(learner.batch_size)
-            with timer("update"), autocast:
-                metrics = learner.update(batch)
-            state.updates += 1
+            metrics = updates.step()
             serve()
         return metrics
-

@@ -5,14 +5,15 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any, Callable
+from typing import Callable
 
 import gymnasium as gym
 import numpy as np
 
+from hetrl.actors.base import Actors
 from hetrl.algos.base import Learner
-from hetrl.precision.uniform import UniformPrecision
-from hetrl.replay.uniform import UniformReplay
+from hetrl.precision.base import Precision
+from hetrl.replay.base import Replay
 from hetrl.scheduler.state import LoopState
 
 
@@ -23,16 +24,16 @@ class Stopped(KeyboardInterrupt):
 @dataclass
 class Training:
     envs: gym.vector.VectorEnv
-    learner: Learner
-    replay: UniformReplay
-    precision: UniformPrecision
+    learner: Learner  # an OffPolicyLearner or an OnPolicyLearner, as the scheduler needs
+    replay: Replay  # unused by on-policy loops (they keep their own rollout)
+    precision: Precision
     steps: int
     log_every: int
     checkpoint_every: int  # 0: no periodic checkpoints
     report: Callable[[int, dict[str, float]], None]  # (step, metrics): tracker and progress
     checkpoint: Callable[[LoopState], None]
     stop: threading.Event = field(default_factory=threading.Event)
-    actors: Any = None  # the `actors` option built (hetrl.actors): where and in which precision
+    actors: Actors | None = None  # where acting happens and in which precision
     make_envs: Callable[[], gym.vector.VectorEnv] | None = None  # more envs like `envs`
     seed: int = 0
 

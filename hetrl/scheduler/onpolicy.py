@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hetrl.algos.a2c import A2C
+from hetrl.algos.base import OnPolicyLearner
 from hetrl.replay.rollout import RolloutBuffer
+from hetrl.scheduler.autoreset import episode_returns, final_obs
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.state import LoopState, PhaseTimer
+from hetrl.config.enums import Agents
 
 
 class OnPolicyScheduler:
@@ -20,10 +22,11 @@ class OnPolicyScheduler:
     """
 
     on_policy = True
+    agents = (Agents.single,)
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         envs = t.envs
-        learner: A2C = t.learner  # type: ignore[assignment]  # validate() ensures it
+        learner: OnPolicyLearner = t.learner  # type: ignore[assignment]  # validate() ensures it
         timer = PhaseTimer(state.phase_s)
         autocast = t.precision.autocast(learner.device)
         n_envs = envs.num_envs
@@ -47,13 +50,13 @@ class OnPolicyScheduler:
                     final_values = torch.zeros(n_envs, device=learner.device)
                     if truncated.any():  # bootstrap from the true last obs, not the reset one
                         with torch.no_grad():
-                            final_obs = learner.obs_tensor(np.stack(info["final_obs"][truncated]))
-                            final_values[truncated_t] = learner.value(final_obs)
+                            last = learner.obs_tensor(final_obs(info, truncated))
+                            final_values[truncated_t] = learner.value(last)
                     rollout.add(learner.obs_tensor(obs), actions, log_probs, values, rewards_t,
                                 terminated_t, truncated_t, final_values)
                 done = terminated | truncated
                 if done.any():
-                    state.record_episodes(info["episode"]["r"][info["_episode"]])
+                    state.record_episodes(episode_returns(info))
                 obs = next_obs
                 state.step += n_envs
 
@@ -68,5 +71,5 @@ class OnPolicyScheduler:
                         learner_metrics = learner.update(batch)
                     state.updates += 1
 
-            boundary(learner.train_freq, obs, learner_metrics)
+            boundary(learner.rollout_size, obs, learner_metrics)
         return loop_metrics(state, learner, learner_metrics)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
-
+from hetrl.algos.base import OffPolicyLearner
+from hetrl.scheduler.autoreset import episode_returns, stored_next_obs
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.state import LoopState, PhaseTimer
+from hetrl.scheduler.updates import Updates
+from hetrl.config.enums import Agents
 
 
 class SyncScheduler:
@@ -16,12 +18,14 @@ class SyncScheduler:
     """
 
     on_policy = False
+    agents = (Agents.single, Agents.multi)
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
-        envs, learner, replay = t.envs, t.learner, t.replay
+        envs, replay = t.envs, t.replay
+        learner: OffPolicyLearner = t.learner  # type: ignore[assignment]  # validate() ensures it
         timer = PhaseTimer(state.phase_s)
         learner.time_phases(state.phase_s)
-        autocast = t.precision.autocast(learner.device)
+        updates = Updates(learner, replay, t.precision, state)
         n_envs = envs.num_envs
         obs = state.obs
         learner_metrics: dict = {}
@@ -37,29 +41,13 @@ class SyncScheduler:
                 next_obs, rewards, terminated, truncated, info = envs.step(actions)
             done = terminated | truncated
             with timer("replay_add"):
-                stored_next = next_obs
-                if done.any():  # same-step autoreset: the true last obs is in final_obs
-                    stored_next = next_obs.copy()
-                    stored_next[done] = np.stack(info["final_obs"][done])
-                replay.add(obs, actions, rewards, stored_next, terminated, truncated)
+                replay.add(obs, actions, rewards, stored_next_obs(next_obs, done, info),
+                           terminated, truncated)
             if done.any():
                 learner.end_episodes(done)
-                state.record_episodes(info["episode"]["r"][info["_episode"]])
+                state.record_episodes(episode_returns(info))
             obs = next_obs
-            state.step += n_envs
-
-            rollouts, state.pending = divmod(state.pending + n_envs, learner.train_freq)
-            if state.step > learner.learning_starts:
-                for _ in range(rollouts * learner.gradient_steps):
-                    with timer("sample"):
-                        batch = replay.sample(learner.batch_size)
-                    with timer("update"), autocast:
-                        learner_metrics = learner.update(batch)
-                    if batch.weights is not None:  # prioritized: new priorities
-                        with timer("priority_update"):
-                            replay.update_priorities(batch.indices,
-                                                     learner_metrics.pop("td_errors"))
-                    state.updates += 1
-
+            for _ in range(updates.owed(n_envs)):
+                learner_metrics = updates.step()
             boundary(n_envs, obs, learner_metrics)
         return loop_metrics(state, learner, learner_metrics)

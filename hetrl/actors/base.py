@@ -1,0 +1,21 @@
+"""Where acting happens and in which precision: `actors=local` is this base itself (the learner
+acts in its own process); the actor pools (hetrl.actors.pool) act elsewhere."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from hetrl.quant.spec import QuantSpec
+
+
+class Actors:
+    """The actors' precision, `spec`: a pool's actors act in it, and the final policy is
+    evaluated in it next to fp32 on `eval_episodes` episodes (`ptq_reward_error_pct`; all
+    that `spec` does when the learner acts itself, under the sync and on-policy schedulers)."""
+
+    pool: ClassVar[bool] = False  # a pool of actors that a scheduler drives (scheduler=actorq)
+
+    def __init__(self, precision: str, int8_mode: str, per_channel: bool,
+                 eval_episodes: int) -> None:
+        self.spec = QuantSpec(precision, int8_mode, per_channel)
+        self.eval_episodes = eval_episodes

@@ -1,0 +1,34 @@
+"""What a loop calls on a replay, whatever its layout and sampler."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+    from hetrl.algos.base import Batch
+
+
+class Replay(Protocol):
+    """Transitions of a batch of envs in, batches of `Batch` out, with a checkpointable
+    state. Rows of a prioritized batch carry `indices` and `weights`; the loop hands their
+    new priorities back with `update_priorities`."""
+
+    def __len__(self) -> int: ...
+
+    def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+            next_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+            stream: int = 0) -> None:
+        """Store one step of every env; `stream` names the source of the steps (the loop's
+        envs, or one actor of many) for replays that keep state per source."""
+
+    def sample(self, n: int) -> Batch: ...
+
+    def update_priorities(self, indices: np.ndarray, td_errors: torch.Tensor) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
