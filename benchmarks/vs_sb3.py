@@ -2,45 +2,39 @@
 
 Run from the repository root (needs `pip install -e '.[bench]'`):
 
-    python benchmarks/vs_sb3.py            # full run, about 5 minutes on 2 quiet cores
-    python benchmarks/vs_sb3.py --quick    # about 1.5 minutes: smaller budgets, fewer repeats
-    python benchmarks/vs_sb3.py --smoke    # seconds: tiny budgets, every code path, its tables
+    python benchmarks/vs_sb3.py [--quick | --smoke] [--only dqn|ddpg]
+    # full: about 5 minutes on 2 quiet cores; --quick about 1.5; --smoke seconds (tiny budgets)
 
-Everything is measured in this run on this host. Two workloads, with the same algorithm, env,
-network, batch, train_freq, gradient_steps, learning_starts, buffer and budget in both:
+All measured in this run on this host, with the same algorithm, env, network, batch,
+train_freq, learning_starts, buffer and budget in both libraries: DQN CartPole-v1 (batch 64,
+hidden [256, 256], train_freq 4) and DDPG Pendulum-v1 (batch 256, hidden [400, 300],
+train_freq 1), one gradient step per update.
 
-- DQN  CartPole-v1: batch 64,  hidden [256, 256], train_freq 4, gradient_steps 1
-- DDPG Pendulum-v1: batch 256, hidden [400, 300], train_freq 1, gradient_steps 1
+1. Learner only: updates/s, the median of `torch.utils.benchmark.Timer.blocked_autorange`
+   over rounds that interleave the contenders (drift on a noisy host hits them alike); a timed
+   call is N updates from replays filled with random-action transitions. hetrl:
+   `learner.update(replay.sample(batch))` on what `build()` makes of the composed config,
+   and the update alone on fixed batches; SB3: `model.train(gradient_steps=N)` after `learn`
+   filled its buffer; "limit": a plain-PyTorch update of the same networks on fixed batches
+   (DQN: target net, Huber loss, grad-norm clip 10, Adam; DDPG: critic MSE, actor loss, Polyak
+   averaging), the faster of default and fused Adam. At 1 thread (SB3's setting), and hetrl's
+   best setting (2 threads; bf16 autocast for DDPG) against plain PyTorch at that setting.
+2. End to end: SB3's timed `model.learn()` against the loop's own `sps` metric of one hetrl
+   job run as `python -m hetrl` runs it (1 thread); then the "best" candidates (2 threads,
+   bf16 for DDPG, `env.n_envs` > 1: train_freq counts env steps across envs) as one Hydra
+   multirun, `python -m hetrl -m`, tracked to a throwaway MLflow store their `sps` is read
+   back from. The fastest is "best".
 
-1. Learner only: updates/s, each the median of `torch.utils.benchmark.Timer.blocked_autorange`
-   over R rounds that interleave the contenders (drift on a noisy host hits them alike); one
-   timed call is N updates, from a replay filled with random-action transitions.
-   - hetrl: `learner.update(replay.sample(batch))` on the learner and replay `build()` makes
-     of the composed config (its precision applied), and the update alone on fixed batches.
-   - SB3: `model.train(gradient_steps=N, batch_size=B)` after `model.learn` filled the buffer.
-   - "limit": a plain-PyTorch update of the same networks on fixed batches (DQN: target net,
-     Huber loss, grad-norm clip 10, Adam; DDPG: critic MSE, actor loss, Polyak averaging),
-     with the default and the fused Adam; the faster is the limit.
-   All at 1 thread (SB3's own setting), plus hetrl's best learner setting (2 threads; bf16
-   autocast for DDPG) against the plain-PyTorch update at the same setting.
-2. End to end: SB3's timed `model.learn(total_timesteps=steps)` against hetrl's loop `sps`
-   (its own metric, training loop only) of one job run as `python -m hetrl` runs it, 1 thread;
-   then the "best" candidates (2 threads, bf16 for DDPG, `env.n_envs` > 1; train_freq counts
-   env steps across envs, so updates per env step stay equal) run as one Hydra multirun,
-   `python -m hetrl -m`, tracked to a throwaway MLflow store that their `sps` is read back
-   from. The fastest is "best".
-
-Host checks (a matmul at 1 and 2 threads, at the start and after each workload) flag a busy
-second core, which makes 2-thread runs many times slower. Goals (issue 3) checked at the end:
-hetrl best >= 2x SB3 env steps/s; learner >= 1.3x SB3 (DQN), >= 1.0x (DDPG); hetrl's learner
-within 10% of the plain-PyTorch limit. The host is shared and noisy (±15% run to run).
+Host checks (a matmul at 1 and 2 threads) flag a busy second core, which makes 2-thread runs
+many times slower. Goals (issue 3): hetrl best >= 2x SB3 env steps/s; learner >= 1.3x SB3
+(DQN), >= 1.0x (DDPG); hetrl's learner within 10% of the plain-PyTorch limit. The host is
+shared and noisy (±15% run to run).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import os
 import sys
 import tempfile
@@ -56,57 +50,65 @@ if "--omp-passive" in sys.argv:  # must be set before torch (and its OpenMP runt
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
 
 from common import (build_job, core_check, host_line, job_config, median_seconds, num,  # noqa: E402
                     ratio, run_job, sweep, table, verdict)
 from hetrl.algos.base import Batch  # noqa: E402
+from plain_torch import plain_ddpg, plain_dqn  # noqa: E402
 
 warnings.filterwarnings("ignore", category=UserWarning)
+
+
+@dataclass(frozen=True)
+class Mode:
+    """The budgets of one run; per workload, (DQN, DDPG)."""
+
+    steps: tuple[int, int]  # end to end
+    repeats: int  # interleaved Timer rounds
+    min_run_time: float  # Timer seconds per contender and round
+    fill: int = 5000  # random transitions in the learner-only replays
+    updates: tuple[int, int] = (50, 10)  # per timed call
+    starts: tuple[int, int] = (1000, 300)  # learning_starts
+    n_envs: tuple[str, str] = ("4,8", "1,4")  # swept by the best candidates
+    threads: int = 2  # of the best settings (smoke: 1, so that a busy core cannot stall it)
+    extra: tuple[str, ...] = ()
+
+
+MODES = {"full": Mode((20000, 3000), 5, 0.5),
+         "quick": Mode((6000, 800), 3, 0.2, n_envs=("4", "1")),
+         "smoke": Mode((300, 120), 1, 0.01, 300, (2, 2), (100, 60), ("4", "1"), 1,
+                       ("platform.measure_layers=false",))}
 
 
 @dataclass
 class Workload:
     name: str
     algo: str
-    env: str
     env_id: str
     batch: int
-    hidden: list[int]
-    train_freq: int
-    learning_starts: int
-    buffer_size: int
-    steps: int  # end-to-end env-step budget
-    updates: int  # learner only: updates per timed call
-    candidates: list[str]  # the "best" sweep's overrides (`key=a,b` sweeps)
-    extra: list[str]  # the mode's overrides (smoke: no per-layer host measurement)
-
-    def overrides(self, *extra: str) -> list[str]:
-        """The job's overrides; those in `extra` replace the same key's."""
-        base = [f"algo={self.algo}", f"env={self.env}", f"algo.batch_size={self.batch}",
-                f"algo.hidden=[{','.join(map(str, self.hidden))}]",
-                f"algo.train_freq={self.train_freq}", "algo.gradient_steps=1",
-                f"algo.learning_starts={self.learning_starts}",
-                f"algo.buffer_size={self.buffer_size}", f"steps={self.steps}",
-                "platform.threads=1", "seed=0", f"log_every={self.steps}", *self.extra, *extra]
-        return list({o.split("=")[0]: o for o in base}.values())
+    updates: int  # per timed call
+    steps: int
+    overrides: Callable[..., list[str]]  # the job's, `extra` replacing the same keys
+    candidates: list[str]  # the best sweep's overrides (`key=a,b` sweeps)
 
 
-def workloads(args: argparse.Namespace) -> list[Workload]:
-    """The two workloads; their "best" sweeps shrink with --quick, and with --smoke run
-    one job at 1 thread (a busy second core can stall 2-thread runs for minutes)."""
-    mode, extra = args.mode, ["platform.measure_layers=false"] * (args.mode == "smoke")
-    threads = {"full": "platform.threads=1,2", "quick": "platform.threads=1,2",
-               "smoke": "platform.threads=1"}[mode]
-    dqn = Workload("DQN CartPole-v1", "dqn", "cartpole", "CartPole-v1", 64, [256, 256], 4,
-                   args.dqn_learning_starts, 100_000, args.dqn_steps, args.dqn_updates,
-                   [threads, "env.n_envs=4,8" if mode == "full" else "env.n_envs=4"], extra)
-    ddpg = Workload("DDPG Pendulum-v1", "ddpg", "pendulum", "Pendulum-v1", 256, [400, 300], 1,
-                    args.ddpg_learning_starts, 200_000, args.ddpg_steps, args.ddpg_updates,
-                    [threads, "precision=bf16", "env.n_envs=1,4" if mode == "full"
-                     else "env.n_envs=1"], extra)
-    return {"dqn": [dqn], "ddpg": [ddpg], "both": [dqn, ddpg]}[args.only]
+def workloads(mode: Mode, only: str) -> list[Workload]:
+    chosen = []
+    for i, (algo, env, env_id, batch, hidden, train_freq, buffer) in enumerate((
+            ("dqn", "cartpole", "CartPole-v1", 64, "[256,256]", 4, 100_000),
+            ("ddpg", "pendulum", "Pendulum-v1", 256, "[400,300]", 1, 200_000))):
+        base = [f"algo={algo}", f"env={env}", f"algo.batch_size={batch}", f"algo.hidden={hidden}",
+                f"algo.train_freq={train_freq}", "algo.gradient_steps=1",
+                f"algo.learning_starts={mode.starts[i]}", f"algo.buffer_size={buffer}",
+                f"steps={mode.steps[i]}", f"log_every={mode.steps[i]}", "platform.threads=1",
+                "seed=0", *mode.extra]
+        best = ["platform.threads=1,2" if mode.threads == 2 else "platform.threads=1",
+                *["precision=bf16"] * (algo == "ddpg"), f"env.n_envs={mode.n_envs[i]}"]
+        chosen.append(Workload(
+            f"{algo.upper()} {env_id}", algo, env_id, batch, mode.updates[i], mode.steps[i],
+            lambda *extra, base=base: list({o.split("=")[0]: o for o in (*base, *extra)}.values()),
+            best))
+    return [w for w in chosen if only in ("both", w.algo)]
 
 
 # ---- the learners -----------------------------------------------------------------------
@@ -154,20 +156,20 @@ def sb3_model(w: Workload, learning_starts: int):
     from stable_baselines3.common.noise import NormalActionNoise
 
     a = job_config(*w.overrides())[0].algo
-    common = dict(learning_rate=float(a.lr), buffer_size=w.buffer_size,
-                  learning_starts=learning_starts, batch_size=w.batch, gamma=float(a.gamma),
-                  train_freq=w.train_freq, gradient_steps=1,
-                  policy_kwargs=dict(net_arch=w.hidden), device="cpu", seed=0, verbose=0)
     env = gym.make(w.env_id)
+    common = dict(learning_rate=a.lr, buffer_size=a.buffer_size, learning_starts=learning_starts,
+                  batch_size=a.batch_size, gamma=a.gamma, train_freq=a.train_freq,
+                  gradient_steps=a.gradient_steps, policy_kwargs=dict(net_arch=list(a.hidden)),
+                  device="cpu", seed=0, verbose=0)
     if w.algo == "dqn":  # hetrl counts target_update_interval in updates, SB3 in env steps
-        return DQN("MlpPolicy", env, target_update_interval=a.target_update_interval * w.train_freq,
+        return DQN("MlpPolicy", env, max_grad_norm=a.max_grad_norm,
+                   target_update_interval=a.target_update_interval * a.train_freq,
                    exploration_fraction=a.exploration_fraction,
                    exploration_initial_eps=a.exploration_initial_eps,
-                   exploration_final_eps=a.exploration_final_eps,
-                   max_grad_norm=a.max_grad_norm, **common)
+                   exploration_final_eps=a.exploration_final_eps, **common)
     act_dim = env.action_space.shape[0]
-    noise = NormalActionNoise(np.zeros(act_dim), float(a.noise_std) * np.ones(act_dim))
-    return DDPG("MlpPolicy", env, tau=float(a.tau), action_noise=noise, **common)
+    noise = NormalActionNoise(np.zeros(act_dim), a.noise_std * np.ones(act_dim))
+    return DDPG("MlpPolicy", env, tau=a.tau, action_noise=noise, **common)
 
 
 def sb3_learner(w: Workload, fill: int) -> Callable[[], None]:
@@ -177,83 +179,43 @@ def sb3_learner(w: Workload, fill: int) -> Callable[[], None]:
     return lambda: model.train(gradient_steps=w.updates, batch_size=w.batch)
 
 
-def mlp(sizes: list[int], out: nn.Module | None = None) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for i in range(len(sizes) - 1):
-        layers += [nn.Linear(sizes[i], sizes[i + 1]), nn.ReLU()]
-    return nn.Sequential(*layers[:-1], *([out] if out else []))
-
-
-def plain_dqn(obs: int, actions: int, hidden: list[int], fused: bool) -> Callable[[Batch], None]:
-    q = mlp([obs, *hidden, actions])
-    q_target = copy.deepcopy(q).requires_grad_(False)
-    opt = torch.optim.Adam(q.parameters(), lr=1e-3, fused=fused)
-
-    def step(b: Batch) -> None:
-        with torch.no_grad():
-            target = b.rewards + 0.99 * (1.0 - b.dones) * q_target(b.next_obs).max(1).values
-        loss = F.smooth_l1_loss(q(b.obs).gather(1, b.actions.view(-1, 1)).squeeze(1), target)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(q.parameters(), 10.0)
-        opt.step()
-    return step
-
-
-def plain_ddpg(obs: int, act: int, hidden: list[int], fused: bool,
-               scale: float) -> Callable[[Batch], None]:
-    actor, critic = mlp([obs, *hidden, act], nn.Tanh()), mlp([obs + act, *hidden, 1])
-    actor_t, critic_t = (copy.deepcopy(m).requires_grad_(False) for m in (actor, critic))
-    actor_opt, critic_opt = (torch.optim.Adam(m.parameters(), lr=1e-3, fused=fused)
-                             for m in (actor, critic))
-    online = [list(m.parameters()) for m in (actor, critic)]
-    targets = [list(m.parameters()) for m in (actor_t, critic_t)]
-
-    def step(b: Batch) -> None:
-        with torch.no_grad():
-            next_q = critic_t(torch.cat([b.next_obs, actor_t(b.next_obs) * scale], 1))
-            target = b.rewards + 0.99 * (1.0 - b.dones) * next_q.squeeze(1)
-        critic_loss = F.mse_loss(critic(torch.cat([b.obs, b.actions], 1)).squeeze(1), target)
-        critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        critic_opt.step()
-        actor_loss = -critic(torch.cat([b.obs, actor(b.obs) * scale], 1)).mean()
-        actor_opt.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        actor_opt.step()
-        with torch.no_grad():
-            for t, o in zip(targets, online):
-                torch._foreach_lerp_(t, o, 0.005)
-    return step
-
-
 def plain(w: Workload, fixed: list[Batch], fused: bool, bf16: bool) -> Callable[[], None]:
-    env = gym.make(w.env_id)
+    env, hidden = gym.make(w.env_id), list(job_config(*w.overrides())[0].algo.hidden)
     obs = int(gym.spaces.flatdim(env.observation_space))
     if w.algo == "dqn":
-        step = plain_dqn(obs, int(env.action_space.n), w.hidden, fused)
+        step = plain_dqn(obs, int(env.action_space.n), hidden, fused)
     else:
         scale = float(env.action_space.high[0] - env.action_space.low[0]) / 2
-        step = plain_ddpg(obs, env.action_space.shape[0], w.hidden, fused, scale)
+        step = plain_ddpg(obs, env.action_space.shape[0], hidden, fused, scale)
     autocast = ((lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16
                 else contextlib.nullcontext)
     return repeat(step, lambda i: fixed[i % 16], w.updates, autocast)
 
 
-def learner_rates(w: Workload, args: argparse.Namespace) -> dict[str, float]:
+LEARNERS = (  # key, label, best setting?, the limit it is a fraction of
+    ("sb3", "SB3 `train()`", False, "limit"),
+    ("hetrl", "hetrl `update(sample())`", False, "limit"),
+    ("hetrl_update_only", "hetrl `update()` only", False, "limit"),
+    ("plain_default", "plain PyTorch, Adam default", False, "limit"),
+    ("plain_fused", "plain PyTorch, Adam fused", False, "limit"),
+    ("hetrl_best", "hetrl best `update(sample())`", True, "plain_best"),
+    ("hetrl_best_update_only", "hetrl best `update()` only", True, "plain_best"),
+    ("plain_best", "plain PyTorch best, Adam fused", True, "plain_best"))
+
+
+def learner_rates(w: Workload, mode: Mode) -> dict[str, float]:
     torch.manual_seed(0)
     np.random.seed(0)
-    hetrl, hetrl_update, fixed = hetrl_learner(w, args.fill)
-    best, best_update, _ = hetrl_learner(w, args.fill, *(["precision=bf16"] * (w.algo == "ddpg")))
-    contenders = {
-        "hetrl": (hetrl, 1), "hetrl_update_only": (hetrl_update, 1),
-        "sb3": (sb3_learner(w, args.fill), 1),
-        "plain_default": (plain(w, fixed, fused=False, bf16=False), 1),
-        "plain_fused": (plain(w, fixed, fused=True, bf16=False), 1),
-        "hetrl_best": (best, args.threads), "hetrl_best_update_only": (best_update, args.threads),
-        "plain_best": (plain(w, fixed, fused=True, bf16=w.algo == "ddpg"), args.threads),
-    }
-    seconds = median_seconds(contenders, args.repeats, args.min_run_time)
+    hetrl, hetrl_update, fixed = hetrl_learner(w, mode.fill)
+    best, best_update, _ = hetrl_learner(w, mode.fill, *["precision=bf16"] * (w.algo == "ddpg"))
+    calls = {"hetrl": hetrl, "hetrl_update_only": hetrl_update, "sb3": sb3_learner(w, mode.fill),
+             "plain_default": plain(w, fixed, fused=False, bf16=False),
+             "plain_fused": plain(w, fixed, fused=True, bf16=False), "hetrl_best": best,
+             "hetrl_best_update_only": best_update,
+             "plain_best": plain(w, fixed, fused=True, bf16=w.algo == "ddpg")}
+    threads = {key: mode.threads if is_best else 1 for key, _, is_best, _ in LEARNERS}
+    seconds = median_seconds({k: (fn, threads[k]) for k, fn in calls.items()}, mode.repeats,
+                             mode.min_run_time)
     rates = {name: w.updates / s for name, s in seconds.items()}
     return {**rates, "limit": max(rates["plain_default"], rates["plain_fused"])}
 
@@ -270,67 +232,59 @@ def loop_figures(metrics: dict[str, float], steps: int) -> dict:
                        if k.startswith("phase/") and k.endswith("_s")}}
 
 
-def end_to_end(w: Workload, store: Path) -> tuple[dict, dict, list[dict]]:
-    """SB3's `learn()`, hetrl's job at 1 thread, and the "best" candidates as one sweep."""
-    model = sb3_model(w, w.learning_starts)
+def end_to_end(w: Workload, store: Path, starts: int) -> tuple[dict, dict, list[dict]]:
+    """SB3's `learn()`, hetrl's job at 1 thread, and the best candidates as one sweep."""
+    model = sb3_model(w, starts)
     start = time.perf_counter()
     model.learn(total_timesteps=w.steps)
     wall = time.perf_counter() - start
     sb3 = {"sps": model.num_timesteps / wall, "updates": model._n_updates,
-           "ups": model._n_updates / wall, "loop_s": wall}
+           "ups": model._n_updates / wall}
     start = time.perf_counter()
     hetrl = loop_figures(run_job(store, *w.overrides()), w.steps)
     hetrl["run_s"] = time.perf_counter() - start
     torch.set_num_threads(1)
-    runs = sweep(store, *w.overrides(*w.candidates))
-    candidates = [{**loop_figures(r.data.metrics, w.steps), "threads": r.data.params["platform.threads"],
+    candidates = [{**loop_figures(r.data.metrics, w.steps),
+                   "threads": r.data.params["platform.threads"],
                    "setting": f"{r.data.tags['precision']}, {r.data.params['env.n_envs']} env"}
-                  for r in runs]
+                  for r in sweep(store, *w.overrides(*w.candidates))]
     return sb3, hetrl, candidates
 
 
 # ---- report ---------------------------------------------------------------------------------
 
 
-def report(results: list, args: argparse.Namespace, checks: list[str], total: float) -> None:
-    print(f"\n## hetrl vs Stable-Baselines3 (measured on this host, in this run; learner: median "
-          f"of {args.repeats} interleaved Timer rounds; end to end: one run each)")
+def report(results: list, mode: Mode, checks: list[str], total: float) -> None:
+    print(f"\n## hetrl vs Stable-Baselines3 (this host, this run; learner: median of "
+          f"{mode.repeats} interleaved Timer rounds; end to end: one run each)")
     rows = []
     for w, _, sb3, hetrl, candidates in results:
-        rows += [(w.name, "SB3 `learn()`", 1, "fp32, 1 env", num(sb3["sps"]), num(sb3["ups"]),
-                  f"{sb3['updates']:.0f}", "1.00x"),
-                 (w.name, "hetrl", 1, "fp32, 1 env", num(hetrl["sps"]), num(hetrl["ups"]),
-                  f"{hetrl['updates']:.0f}", ratio(hetrl["sps"], sb3["sps"]))]
-        rows += [(w.name, "hetrl candidate" + (" **(best)**" if c is best(candidates) else ""),
-                  c["threads"], c["setting"], num(c["sps"]), num(c["ups"]), f"{c['updates']:.0f}",
-                  ratio(c["sps"], sb3["sps"])) for c in candidates]
+        for label, threads, setting, r in (("SB3 `learn()`", 1, "fp32, 1 env", sb3),
+                                           ("hetrl", 1, "fp32, 1 env", hetrl),
+                                           *(("hetrl candidate" + " **(best)**" * (c is best(
+                                               candidates)), c["threads"], c["setting"], c)
+                                             for c in candidates)):
+            rows.append((w.name, label, threads, setting, num(r["sps"]), num(r["ups"]),
+                         f"{r['updates']:.0f}", ratio(r["sps"], sb3["sps"])))
     table(["workload", "contender", "threads", "setting", "env steps/s", "updates/s", "updates",
            "vs SB3 (env steps/s)"], rows, "### End to end (env steps/s of the training loop)")
 
-    contenders = (("sb3", "SB3 `train()`", 1, "limit"),
-                  ("hetrl", "hetrl `update(sample())`", 1, "limit"),
-                  ("hetrl_update_only", "hetrl `update()` only", 1, "limit"),
-                  ("plain_default", "plain PyTorch, Adam default", 1, "limit"),
-                  ("plain_fused", "plain PyTorch, Adam fused", 1, "limit"),
-                  ("hetrl_best", "hetrl best `update(sample())`", args.threads, "plain_best"),
-                  ("hetrl_best_update_only", "hetrl best `update()` only", args.threads, "plain_best"),
-                  ("plain_best", "plain PyTorch best, Adam fused", args.threads, "plain_best"))
     table(["workload", "contender", "threads", "updates/s", "ms/update", "vs SB3", "of limit"],
-          [(w.name, label + (" (bf16)" if "best" in key and w.algo == "ddpg" else ""), threads,
-            num(lr[key]), f"{1000 / lr[key]:.2f}", ratio(lr[key], lr["sb3"]),
-            f"{100 * lr[key] / lr[limit]:.0f}%")
-           for w, lr, *_ in results for key, label, threads, limit in contenders],
-          "### Learner only (updates/s; 'limit' = the faster plain-PyTorch update at 1 thread; "
+          [(w.name, label + " (bf16)" * (is_best and w.algo == "ddpg"),
+            mode.threads if is_best else 1, num(lr[key]), f"{1000 / lr[key]:.2f}",
+            ratio(lr[key], lr["sb3"]), f"{100 * lr[key] / lr[limit]:.0f}%")
+           for w, lr, *_ in results for key, label, is_best, limit in LEARNERS],
+          "### Learner only (updates/s; 'limit': the faster plain-PyTorch update at 1 thread; "
           "best rows against plain PyTorch at the same setting)")
 
-    names = sorted({n for *_, hetrl, cands in results for r in (hetrl, best(cands))
-                    for n in r["phases"]})
+    runs = [(w.name, label, r) for w, *_, hetrl, cands in results
+            for label, r in (("1 thread", hetrl), ("best", best(cands)))]
+    names = sorted({n for *_, r in runs for n in r["phases"]})
     table(["workload", "run", "loop s", *names, "other"],
-          [(w.name, label, f"{r['loop_s']:.1f}",
+          [(name, label, f"{r['loop_s']:.1f}",
             *(f"{r['phases'].get(n, 0):.2f} ({100 * r['phases'].get(n, 0) / r['loop_s']:.0f}%)"
               for n in names), f"{r['loop_s'] - sum(r['phases'].values()):.2f}")
-           for w, *_, hetrl, cands in results for label, r in (("1 thread", hetrl),
-                                                               ("best", best(cands)))],
+           for name, label, r in runs],
           "### hetrl phases, end to end (seconds of the training loop; `phase/<name>_s`)")
 
     rows = []
@@ -361,47 +315,29 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller budgets, fewer repeats")
     parser.add_argument("--smoke", action="store_true", help="seconds: tiny budgets, 1 round")
     parser.add_argument("--only", choices=("dqn", "ddpg", "both"), default="both")
-    parser.add_argument("--dqn-steps", type=int, help="default 20000 (quick 6000)")
-    parser.add_argument("--ddpg-steps", type=int, help="default 3000 (quick 800)")
-    parser.add_argument("--dqn-learning-starts", type=int, default=1000)
-    parser.add_argument("--ddpg-learning-starts", type=int, default=300)
-    parser.add_argument("--dqn-updates", type=int, default=50, help="updates per timed call")
-    parser.add_argument("--ddpg-updates", type=int, default=10, help="updates per timed call")
-    parser.add_argument("--repeats", type=int, help="interleaved Timer rounds (5; quick 3)")
-    parser.add_argument("--min-run-time", type=float, help="seconds per contender and round")
-    parser.add_argument("--fill", type=int, default=5000, help="transitions in the replays")
     parser.add_argument("--omp-passive", action="store_true",
                         help="set OMP_WAIT_POLICY=PASSIVE (idle OpenMP threads sleep)")
     args = parser.parse_args()
-    mode = args.mode = "smoke" if args.smoke else "quick" if args.quick else "full"
-    pick = {"full": 0, "quick": 1, "smoke": 2}[mode]
-    args.threads = 1 if args.smoke else 2  # of the "best" learner contenders
-    args.dqn_steps = args.dqn_steps or (20000, 6000, 300)[pick]
-    args.ddpg_steps = args.ddpg_steps or (3000, 800, 120)[pick]
-    args.repeats = args.repeats or (5, 3, 1)[pick]
-    args.min_run_time = args.min_run_time or (0.5, 0.2, 0.01)[pick]
-    if args.smoke:
-        args.dqn_learning_starts, args.ddpg_learning_starts, args.fill = 100, 60, 300
-        args.dqn_updates, args.ddpg_updates = 2, 2
-
+    name = "smoke" if args.smoke else "quick" if args.quick else "full"
+    mode = MODES[name]
     torch.set_num_threads(1)
     start = time.perf_counter()
     print(host_line("numpy", "gymnasium", "stable_baselines3"))
-    print(f"mode: {mode}; {args.repeats} Timer rounds of >= {args.min_run_time} s; fill "
-          f"{args.fill}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
+    print(f"mode: {name}; {mode.repeats} Timer rounds of >= {mode.min_run_time} s; fill "
+          f"{mode.fill}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
     checks, results = [core_check()], []
     with tempfile.TemporaryDirectory() as tmp:
-        for w in workloads(args):
+        for i, w in enumerate(workloads(mode, args.only)):
             print(f"\n== {w.name}: {' '.join(w.overrides())}", flush=True)
-            lr = learner_rates(w, args)
+            lr = learner_rates(w, mode)
             print("   learner: " + ", ".join(f"{k} {num(v)}/s" for k, v in lr.items()), flush=True)
-            sb3, hetrl, candidates = end_to_end(w, Path(tmp))
+            sb3, hetrl, cands = end_to_end(w, Path(tmp), mode.starts[w.algo == "ddpg"])
             print(f"   end to end: SB3 {num(sb3['sps'])}, hetrl {num(hetrl['sps'])} env steps/s "
                   f"(run() {hetrl['run_s']:.1f} s), candidates "
-                  + ", ".join(num(c["sps"]) for c in candidates), flush=True)
+                  + ", ".join(num(c["sps"]) for c in cands), flush=True)
             checks.append(core_check())
-            results.append((w, lr, sb3, hetrl, candidates))
-    report(results, args, checks, time.perf_counter() - start)
+            results.append((w, lr, sb3, hetrl, cands))
+    report(results, mode, checks, time.perf_counter() - start)
 
 
 if __name__ == "__main__":
