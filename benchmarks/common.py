@@ -83,13 +83,14 @@ def tracking_uri(store: Path) -> str:
     return f"sqlite:///{store / 'mlflow.db'}"
 
 
-def run_job(store: Path, *overrides: str) -> dict[str, Any]:
+def run_job(store: Path, *overrides: str, out: Path | None = None) -> dict[str, Any]:
     """One job in this process through `experiment.run`, tracked to the MLflow store in
-    `store` (where a later job finds it as its reference run); its final metrics."""
+    `store` (where a later job finds it as its reference run), its checkpoint in `out` (by
+    default a new folder in `store`); its final metrics."""
     from hetrl import experiment
 
     cfg, choices = job_config(f"tracking.uri={tracking_uri(store)}", *overrides)
-    out = store / f"job{len(list(store.glob('job*')))}"
+    out = out or store / f"job{len(list(store.glob('job*')))}"
     out.mkdir(parents=True)
     return experiment.run(cfg, choices, out)
 
