@@ -155,12 +155,13 @@ def verdict(ok: bool) -> str:
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[object]],
-          title: str | None = None) -> None:
-    """A markdown table (cells as given, `str` of anything else), under `title` if any."""
+          title: str | None = None, align: str = "") -> None:
+    """A markdown table (cells as given, `str` of anything else), under `title` if any;
+    `align` has an `r` for each column to right-align (e.g. "lrr")."""
     if title:
         print(f"\n{title}\n")
     print(f"| {' | '.join(header)} |")
-    print(f"|{'---|' * len(header)}")
+    print("|" + "".join("---:|" if a == "r" else "---|" for a in align.ljust(len(header), "l")))
     for row in rows:
         print(f"| {' | '.join(map(str, row))} |")
     sys.stdout.flush()
