@@ -34,9 +34,8 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
-from hydra.utils import instantiate
-
 from common import build_job, job_config, table
+from hydra.utils import instantiate
 
 from hetrl.algos.base import Learner
 from hetrl.partition.costs import Plan

@@ -21,10 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from omegaconf import DictConfig  # noqa: E402
+from omegaconf import DictConfig
 
-from hetrl import schema  # noqa: E402
-from hetrl.options import compose_job  # noqa: E402
+from hetrl import schema
+from hetrl.options import compose_job
 
 if TYPE_CHECKING:
     from mlflow.entities import Run

@@ -39,7 +39,6 @@ import time
 
 import numpy as np
 import torch
-
 from common import build_job, load_average, pct, table
 
 from hetrl.build import Components

@@ -27,7 +27,6 @@ import argparse
 import time
 
 import numpy as np
-
 from common import table
 
 from hetrl.partition.heft import HeftPartitioner

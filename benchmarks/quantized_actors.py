@@ -47,9 +47,8 @@ from pathlib import Path
 
 import gymnasium as gym
 import torch
-from torch import nn
-
 from common import build_job, host_line, load_average, median_seconds, run_job, table
+from torch import nn
 
 from hetrl import checkpoint
 from hetrl.algos.networks import ACTORQ_POLICY_HIDDEN, Actor, nature_cnn
@@ -154,7 +153,7 @@ def ptq_suite(args: argparse.Namespace) -> None:
                 learner, c, result = trained_learner(algo, env, seed, extra,
                                                        Path(tmp) / f"{algo}-{env}-{seed}")
                 means = ptq_returns(learner, list(SPECS.values()),
-                                    lambda: c.make_envs(n_envs=1), args.episodes, seed)
+                                    lambda c=c: c.make_envs(n_envs=1), args.episodes, seed)
                 per_seed.append(means)
                 errors = {n: ptq_metrics(means["fp32"], means[s.name])["ptq_reward_error_pct"]
                           for n, s in SPECS.items()}

@@ -47,14 +47,25 @@ from pathlib import Path
 if "--omp-passive" in sys.argv:  # must be set before torch (and its OpenMP runtime) loads
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import gymnasium as gym
+import numpy as np
+import torch
+from common import (
+    build_job,
+    core_check,
+    host_line,
+    job_config,
+    median_seconds,
+    num,
+    ratio,
+    run_job,
+    sweep,
+    table,
+    verdict,
+)
+from plain_torch import plain_ddpg, plain_dqn
 
-from common import (build_job, core_check, host_line, job_config, median_seconds, num,  # noqa: E402
-                    ratio, run_job, sweep, table, verdict)
-from hetrl.algos.base import Batch  # noqa: E402
-from plain_torch import plain_ddpg, plain_dqn  # noqa: E402
+from hetrl.algos.base import Batch
 
 warnings.filterwarnings("ignore", category=UserWarning)
 
@@ -145,7 +156,7 @@ def hetrl_learner(w: Workload, fill: int, *extra: str) -> tuple[Callable, Callab
     c.envs.close()
     c.replay.add(*random_transitions(w.env_id, fill))
     fixed = [c.replay.sample(w.batch) for _ in range(16)]
-    autocast = lambda: c.precision.autocast(c.platform.device)  # noqa: E731
+    autocast = lambda: c.precision.autocast(c.platform.device)
     return (repeat(c.learner.update, lambda i: c.replay.sample(w.batch), w.updates, autocast),
             repeat(c.learner.update, lambda i: fixed[i % 16], w.updates, autocast), fixed)
 
@@ -157,19 +168,19 @@ def sb3_model(w: Workload, learning_starts: int):
 
     a = job_config(*w.overrides())[0].algo
     env = gym.make(w.env_id)
-    common = dict(learning_rate=a.lr, buffer_size=a.buffer_size, learning_starts=learning_starts,
-                  batch_size=a.batch_size, gamma=a.gamma, train_freq=a.train_freq,
-                  gradient_steps=a.gradient_steps, policy_kwargs=dict(net_arch=list(a.hidden)),
-                  device="cpu", seed=0, verbose=0)
+    kwargs = {"learning_rate": a.lr, "buffer_size": a.buffer_size, "batch_size": a.batch_size,
+              "learning_starts": learning_starts, "gamma": a.gamma, "train_freq": a.train_freq,
+              "gradient_steps": a.gradient_steps, "policy_kwargs": {"net_arch": list(a.hidden)},
+              "device": "cpu", "seed": 0, "verbose": 0}
     if w.algo == "dqn":  # hetrl counts target_update_interval in updates, SB3 in env steps
         return DQN("MlpPolicy", env, max_grad_norm=a.max_grad_norm,
                    target_update_interval=a.target_update_interval * a.train_freq,
                    exploration_fraction=a.exploration_fraction,
                    exploration_initial_eps=a.exploration_initial_eps,
-                   exploration_final_eps=a.exploration_final_eps, **common)
+                   exploration_final_eps=a.exploration_final_eps, **kwargs)
     act_dim = env.action_space.shape[0]
     noise = NormalActionNoise(np.zeros(act_dim), a.noise_std * np.ones(act_dim))
-    return DDPG("MlpPolicy", env, tau=a.tau, action_noise=noise, **common)
+    return DDPG("MlpPolicy", env, tau=a.tau, action_noise=noise, **kwargs)
 
 
 def sb3_learner(w: Workload, fill: int) -> Callable[[], None]:

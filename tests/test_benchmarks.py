@@ -23,7 +23,7 @@ EXTRAS = {"vs_sb3.py": "stable_baselines3"}  # what a benchmark needs beyond `.[
 def test_smoke(script: Path, tmp_path: Path) -> None:
     if script.name in EXTRAS:
         pytest.importorskip(EXTRAS[script.name], reason="pip install -e '.[bench]'")
-    out = subprocess.run([sys.executable, str(script), "--smoke"], cwd=tmp_path,
+    out = subprocess.run([sys.executable, str(script), "--smoke"], check=False, cwd=tmp_path,
                          capture_output=True, text=True, timeout=300,
                          env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
     assert out.returncode == 0, out.stderr[-3000:]
