@@ -102,10 +102,13 @@ def sweep(store: Path, *overrides: str) -> list[Run]:
 
     store.mkdir(parents=True, exist_ok=True)
     sweep_dir = store / f"sweep{len(list(store.glob('sweep*')))}"
-    subprocess.run([sys.executable, "-m", "hetrl", "-m", *overrides,
-                    f"tracking.uri={tracking_uri(store)}", f"hydra.sweep.dir={sweep_dir}"],
-                   cwd=store, check=True, capture_output=True, text=True,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run([sys.executable, "-m", "hetrl", "-m", *overrides,
+                           f"tracking.uri={tracking_uri(store)}", f"hydra.sweep.dir={sweep_dir}"],
+                          cwd=store, capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if done.returncode:
+        raise RuntimeError(f"python -m hetrl -m {' '.join(overrides)} failed:\n"
+                           + done.stderr[-3000:])
     client = MlflowClient(tracking_uri(store))
     parent = client.search_runs([client.get_experiment_by_name("hetrl").experiment_id],
                                 filter_string=f"tags.sweep_dir = '{sweep_dir}'")[0]
