@@ -3,12 +3,11 @@
 Run from the repository root (needs `pip install -e '.[bench]'`):
 
     python benchmarks/vs_sb3.py [--quick | --smoke] [--only dqn|ddpg]
-    # full: about 5 minutes on 2 quiet cores; --quick about 1.5; --smoke seconds (tiny budgets)
+    # full: about 5 minutes on 2 quiet cores; --quick 1-4; --smoke seconds (tiny budgets)
 
-All measured in this run on this host, with the same algorithm, env, network, batch,
-train_freq, learning_starts, buffer and budget in both libraries: DQN CartPole-v1 (batch 64,
-hidden [256, 256], train_freq 4) and DDPG Pendulum-v1 (batch 256, hidden [400, 300],
-train_freq 1), one gradient step per update.
+All measured in this run on this host, with the same hyperparameters and budget in both
+libraries: DQN CartPole-v1 (batch 64, hidden [256, 256], train_freq 4) and DDPG Pendulum-v1
+(batch 256, hidden [400, 300], train_freq 1), one gradient step per update.
 
 1. Learner only: updates/s, the median of `torch.utils.benchmark.Timer.blocked_autorange`
    over rounds that interleave the contenders (drift on a noisy host hits them alike); a timed
@@ -270,13 +269,12 @@ def report(results: list, mode: Mode, checks: list[str], total: float) -> None:
           f"{mode.repeats} interleaved Timer rounds; end to end: one run each)")
     rows = []
     for w, _, sb3, hetrl, candidates in results:
-        for label, threads, setting, r in (("SB3 `learn()`", 1, "fp32, 1 env", sb3),
-                                           ("hetrl", 1, "fp32, 1 env", hetrl),
-                                           *(("hetrl candidate" + " **(best)**" * (c is best(
-                                               candidates)), c["threads"], c["setting"], c)
-                                             for c in candidates)):
-            rows.append((w.name, label, threads, setting, num(r["sps"]), num(r["ups"]),
-                         f"{r['updates']:.0f}", ratio(r["sps"], sb3["sps"])))
+        runs = [("SB3 `learn()`", 1, "fp32, 1 env", sb3), ("hetrl", 1, "fp32, 1 env", hetrl)]
+        runs += [("hetrl candidate" + " **(best)**" * (c is best(candidates)), c["threads"],
+                  c["setting"], c) for c in candidates]
+        rows += [(w.name, label, threads, setting, num(r["sps"]), num(r["ups"]),
+                  f"{r['updates']:.0f}", ratio(r["sps"], sb3["sps"]))
+                 for label, threads, setting, r in runs]
     table(["workload", "contender", "threads", "setting", "env steps/s", "updates/s", "updates",
            "vs SB3 (env steps/s)"], rows, "### End to end (env steps/s of the training loop)")
 
@@ -303,7 +301,7 @@ def report(results: list, mode: Mode, checks: list[str], total: float) -> None:
         top, need = best(candidates), 1.3 if w.algo == "dqn" else 1.0
         update, sampled = lr["hetrl_update_only"] / lr["limit"], lr["hetrl"] / lr["limit"]
         rows += [(f"{w.name}: hetrl best >= 2x SB3 env steps/s",
-                  f"{ratio(top['sps'], sb3['sps'])} ({top['threads']} threads, {top['setting']})",
+                  f"{ratio(top['sps'], sb3['sps'])} (threads {top['threads']}, {top['setting']})",
                   verdict(top["sps"] >= 2 * sb3["sps"])),
                  (f"{w.name}: hetrl learner >= {need}x SB3 (1 thread)",
                   ratio(lr["hetrl"], lr["sb3"]), verdict(lr["hetrl"] >= need * lr["sb3"])),
