@@ -64,11 +64,11 @@ PAPER_JOINT = {"PP": {3: 1.36, 6: 2.26, 12: 4.41, 24: 9.55},
 PAPER_NOTES = [
     "locality 16x64 sampling time, PP 24 agents: -37.2% (MATD3 PP 3/6 agents, 64x16: -36%)",
     "locality end-to-end time, PP: -8.2% at 3 agents to -20.5% at 24",
-    "joint layout, inter-agent sampling speedup: PP 1.36/2.26/4.41/9.55x, "
-    "CN 1.18/1.71/3.44/7.03x at 3/6/12/24 (incl. reorganization: -37% at 3, +25.8% at 24)",
+    ("joint layout, inter-agent sampling speedup: PP 1.36/2.26/4.41/9.55x, "
+    "CN 1.18/1.71/3.44/7.03x at 3/6/12/24 (incl. reorganization: -37% at 3, +25.8% at 24)"),
     "prioritized locality vs PER-MADDPG sampling: about 2x faster (3, 6, 12 agents)",
-    "phase shares: update-all-trainers up to ~80% (34% -> 87% for 3 -> 48 agents); sampling "
-    "its largest part, growing ~3x per doubling of agents",
+    ("phase shares: update-all-trainers up to ~80% (34% -> 87% for 3 -> 48 agents); sampling "
+    "its largest part, growing ~3x per doubling of agents"),
 ]
 
 

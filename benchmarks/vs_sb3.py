@@ -42,6 +42,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if "--omp-passive" in sys.argv:  # must be set before torch (and its OpenMP runtime) loads
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
@@ -65,6 +66,9 @@ from common import (
 from plain_torch import plain_ddpg, plain_dqn
 
 from hetrl.algos.base import Batch
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 warnings.filterwarnings("ignore", category=UserWarning)
 
@@ -160,7 +164,7 @@ def hetrl_learner(w: Workload, fill: int, *extra: str) -> tuple[Callable, Callab
             repeat(c.learner.update, lambda i: fixed[i % 16], w.updates, autocast), fixed)
 
 
-def sb3_model(w: Workload, learning_starts: int):
+def sb3_model(w: Workload, learning_starts: int) -> OffPolicyAlgorithm:
     """The SB3 model with the hyperparameters of hetrl's composed config."""
     from stable_baselines3 import DDPG, DQN
     from stable_baselines3.common.noise import NormalActionNoise
