@@ -3,7 +3,8 @@
 Run from the repository root:
 
     python benchmarks/actorq_end_to_end.py            # DQN CartPole + D4PG DMC cartpole, 3x2048
-    python benchmarks/actorq_end_to_end.py --quick    # smoke test: tiny budgets, width 256
+    python benchmarks/actorq_end_to_end.py --quick    # tiny budgets, width 256
+    python benchmarks/actorq_end_to_end.py --smoke    # seconds: DQN only, fp32 and int8, 1 actor
 
 For each task and each actor precision, one job trains through hetrl's real entry
 (`compose_job` + `experiment.run`, scheduler=actorq, actors=process) with the ActorQ policy
@@ -28,18 +29,11 @@ the bottleneck, as in the paper (GPU learner), or here under CPU contention.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import tempfile
 import warnings
 from pathlib import Path
 
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from hetrl import experiment  # noqa: E402
-from hetrl.config.store import register  # noqa: E402
-from hetrl.options import compose_job  # noqa: E402
+from common import load_average, run_job, table
 
 warnings.filterwarnings("ignore")
 
@@ -65,20 +59,16 @@ FULL = {"dqn_cartpole": 20000, "d4pg_dmc_cartpole_balance": 20000}
 
 
 def run_task(task: str, precisions: list[str], args: argparse.Namespace, store: Path) -> list:
-    width = 256 if args.quick else 2048
-    steps = 2500 if args.quick else args.steps or FULL[task]
+    width = 64 if args.smoke else 256 if args.quick else 2048
+    steps = 600 if args.smoke else 2500 if args.quick else args.steps or FULL[task]
     rows = []
     for precision in precisions:
-        cfg, choices = compose_job(
-            *TASKS[task], f"algo.policy_hidden=[{width},{width},{width}]", f"steps={steps}",
+        result = run_job(
+            store, *TASKS[task], f"algo.policy_hidden=[{width},{width},{width}]", f"steps={steps}",
             "scheduler=actorq", f"actors.precision={precision}", f"actors.n={args.actors}",
             f"actors.pull_every={args.pull_every}", f"actors.quantize_on={args.quantize_on}",
             "actors.eval_episodes=3", "platform.measure_layers=false", f"seed={args.seed}",
-            f"log_every={steps // 20}", f"tracking.uri=sqlite:///{store / 'mlflow.db'}",
-            "tracking.experiment=actorq_end_to_end")
-        out = store / f"{task}-{precision}"
-        out.mkdir()
-        result = experiment.run(cfg, choices, out)
+            f"log_every={steps // 20}", *["algo.learning_starts=200"] * args.smoke)
         rows.append((precision, result))
         print(f"  {task} {precision}: done", flush=True)
     return rows
@@ -92,22 +82,21 @@ def report(task: str, rows: list) -> None:
     fp32_time = dict(rows)["fp32"].get("time_to_95pct_s")
     name, paper_fp32, paper_fp16, paper_int8 = PAPER[task]
     paper = {"fp32": 1.0, "fp16": paper_fp16, "int8": paper_int8}
-    print(f"\n{task} (paper: {name}, fp32 {paper_fp32:.0f} s); load average "
-          f"{os.getloadavg()[0]:.2f}", flush=True)
-    print(f"{'actors':>7} {'return':>8} {'t95 s':>8} {'speedup':>8} {'paper':>6} {'sps':>7} "
-          f"{'step ms':>8} {'pull ms':>8} {'deser ms':>9} {'load ms':>8} {'KB/pull':>8} "
-          f"{'ptq err%':>8}")
+    rows_out = []
     for precision, r in rows:
         t95 = r.get("time_to_95pct_s")
         speedup = fp32_time / t95 if t95 and fp32_time else float("nan")
-        print(f"{precision:>7} {r['return_mean_100']:8.1f} "
-              f"{t95 if t95 is not None else float('nan'):8.1f} {speedup:8.2f} "
-              f"{paper[precision]:6.2f} {r['sps']:7.0f} {per(r, 'step_s', 'steps'):8.3f} "
-              f"{per(r, 'pull_s', 'pulls'):8.2f} {per(r, 'deserialize_s', 'pulls'):9.2f} "
-              f"{per(r, 'load_state_dict_s', 'pulls'):8.2f} "
-              f"{per(r, 'comm_bytes', 'pulls', 1e-3):8.0f} "
-              f"{r.get('ptq_reward_error_pct', float('nan')):8.1f}")
-
+        rows_out.append((
+            precision, f"{r['return_mean_100']:.1f}",
+            f"{t95 if t95 is not None else float('nan'):.1f}", f"{speedup:.2f}",
+            f"{paper[precision]:.2f}", f"{r['sps']:.0f}", f"{per(r, 'step_s', 'steps'):.3f}",
+            f"{per(r, 'pull_s', 'pulls'):.2f}", f"{per(r, 'deserialize_s', 'pulls'):.2f}",
+            f"{per(r, 'load_state_dict_s', 'pulls'):.2f}",
+            f"{per(r, 'comm_bytes', 'pulls', 1e-3):.0f}",
+            f"{r.get('ptq_reward_error_pct', float('nan')):.1f}"))
+    table(["actors", "return", "t95 s", "speedup", "paper", "sps", "step ms", "pull ms",
+           "deser ms", "load ms", "KB/pull", "ptq err%"], rows_out,
+          f"{task} (paper: {name}, fp32 {paper_fp32:.0f} s); {load_average()}")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -119,16 +108,19 @@ def main() -> None:
     parser.add_argument("--pull-every", type=int, default=1000)
     parser.add_argument("--quantize-on", choices=["learner", "actor"], default="learner")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--smoke", action="store_true",
+                        help="seconds: DQN, fp32 and int8 actors, 1 actor, width 64, 600 steps")
     args = parser.parse_args()
+    if args.smoke:
+        args.tasks, args.precisions, args.actors, args.pull_every = (
+            ["dqn_cartpole"], ["fp32", "int8"], 1, 200)
     if args.precisions[0] != "fp32":
         parser.error("--precisions must start with fp32 (the twin the others are timed against)")
-    register()
-    print(f"host: {os.cpu_count()} cores; load average at start {os.getloadavg()[0]:.2f}")
+    print(f"host: {load_average()} at start")
     with tempfile.TemporaryDirectory() as tmp:
         for task in args.tasks:
             report(task, run_task(task, args.precisions, args, Path(tmp)))
-    print(f"\nload average at the end {os.getloadavg()[0]:.2f} (figures under contention when "
-          f"above {os.cpu_count()})")
+    print(f"\n{load_average()} at the end (figures under contention when above the cpus)")
 
 
 if __name__ == "__main__":

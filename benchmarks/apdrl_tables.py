@@ -3,6 +3,7 @@
 Run from the repository root:
 
     python benchmarks/apdrl_tables.py
+    python benchmarks/apdrl_tables.py --smoke    # seconds: the smallest rows of each table
 
 Every hetrl figure printed here is MODELED by the analytical platform model
 (hetrl/platform/model.py, conf/platform/versal.yaml); none is measured. The paper's figures
@@ -27,17 +28,16 @@ Every hetrl figure printed here is MODELED by the analytical platform model
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
-import torch
+from common import build_job, job_config, table
 from hydra.utils import instantiate
 
 from hetrl.algos.base import Learner
-from hetrl.config.store import register
-from hetrl.options import compose_job
 from hetrl.partition.costs import Plan
 from hetrl.partition.flops import PAPER_KINDS, per_sample_flops
 from hetrl.partition.graph import Kind, TaskGraph
@@ -55,22 +55,14 @@ GraphAt = Callable[[int], TaskGraph]
 """A workload's training-step graph at a batch size."""
 
 
-def job_config(*overrides: str):
-    """The job config `python -m hetrl <overrides>` would get (device=cpu: nothing runs)."""
-    register()
-    return compose_job("device=cpu", *overrides)[0]
-
-
 def learner_graph(*overrides: str) -> GraphAt:
-    """The step graph of the learner these overrides build (on first use)."""
+    """The step graph of the learner these overrides build (on first use; device=cpu:
+    nothing runs)."""
     @cache
     def learner() -> Learner:
-        cfg = job_config(*overrides)
-        envs = instantiate(cfg.env)
-        built = instantiate(cfg.algo, obs_space=envs.single_observation_space,
-                            act_space=envs.single_action_space, device=torch.device("cpu"))
-        envs.close()
-        return built
+        c = build_job("device=cpu", *overrides)
+        c.envs.close()
+        return c.learner
 
     return lambda batch: learner().task_graph(batch)
 
@@ -117,10 +109,10 @@ class Versal:
     """The modeled `versal` platform with the ILP partitioner and both precision policies."""
 
     def __init__(self) -> None:
-        cfg = job_config("platform=versal", "precision=mixed", "partitioner=ilp")
+        cfg = job_config("device=cpu", "platform=versal", "precision=mixed", "partitioner=ilp")[0]
         self.platform: ModeledPlatform = instantiate(cfg.platform)
         self.mixed = instantiate(cfg.precision)
-        self.fp32 = instantiate(job_config("precision=fp32").precision)
+        self.fp32 = instantiate(job_config("device=cpu", "precision=fp32")[0].precision)
         self.ilp: IlpPartitioner = instantiate(cfg.partitioner)
 
     def plan(self, graph_at: GraphAt, batch: int, precision) -> StepPlan:
@@ -152,63 +144,70 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.4g}"
 
 
-def print_table_iv(versal: Versal) -> None:
-    print(f"(a) Table IV in kind: DQN-CartPole, batch {TABLE_IV_BATCH}; modeled step = ILP plan "
-          "makespan\n")
-    print("| hidden | FP32 step ms (modeled) | mixed step ms (modeled) | FP32/mixed (modeled) "
-          "| no sync (modeled) | paper FP32 ms | paper BF16 ms | paper speedup |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for hidden, (paper_fp32, paper_bf16, paper_ratio) in TABLE_IV.items():
+def print_table_iv(versal: Versal, hiddens: Sequence[tuple[int, int]]) -> None:
+    rows = []
+    for hidden in hiddens:
         graph_at = cartpole_dqn(hidden)
         fp32 = versal.plan(graph_at, TABLE_IV_BATCH, versal.fp32).plan
         mixed = versal.plan(graph_at, TABLE_IV_BATCH, versal.mixed).plan
         unsynced = versal.plan_unsynced(graph_at(TABLE_IV_BATCH))
-        print(f"| {hidden} | {ms(fp32.makespan)} | {ms(mixed.makespan)} "
-              f"| {fp32.makespan / mixed.makespan:.2f} | {fp32.makespan / unsynced.makespan:.2f} "
-              f"| {paper_fp32} | {paper_bf16} | {paper_ratio} |")
+        rows.append((hidden, ms(fp32.makespan), ms(mixed.makespan),
+                     f"{fp32.makespan / mixed.makespan:.2f}",
+                     f"{fp32.makespan / unsynced.makespan:.2f}", *TABLE_IV[hidden]))
+    table(["hidden", "FP32 step ms (modeled)", "mixed step ms (modeled)",
+           "FP32/mixed (modeled)", "no sync (modeled)", "paper FP32 ms", "paper BF16 ms",
+           "paper speedup"], rows, f"(a) Table IV in kind: DQN-CartPole, batch {TABLE_IV_BATCH}; "
+          "modeled step = ILP plan makespan", "lrrrrrrr")
 
 
 def print_speedups(versal: Versal, workloads: Sequence[Workload]) -> None:
-    print(f"\n(b) Speedups at batch {SPEEDUP_BATCH}, all modeled (AP-DRL = mixed precision, ILP)\n")
-    print("| workload | train FLOPs/sample (hetrl count) | paper FLOPs | AP-DRL step ms "
-          "| vs AIE-only | vs PL-only (fp16, 245 MHz) | vs FIXAR-like (164 MHz) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    vs_pl = []
+    rows, vs_pl = [], []
     for workload in workloads:
         step = versal.plan(workload.graph_at, SPEEDUP_BATCH, versal.mixed)
         metrics = step.metrics(SPEEDUP_BATCH)
         flops = per_sample_flops(step.graph, SPEEDUP_BATCH, PAPER_KINDS)
         vs_pl.append(metrics["speedup_vs_pl_only"])
-        print(f"| {workload.name} | {flops:.4g} | {workload.paper_flops:.4g} "
-              f"| {ms(step.plan.makespan)} | {metrics['speedup_vs_aie_only']:.2f} "
-              f"| {vs_pl[-1]:.2f} | {metrics['speedup_vs_fixar']:.2f} |")
-    print("| paper (emulation) | | 2.31K-106.23M | | 1.61-3.82 | | 0.98-4.17 (vs FIXAR) |")
+        rows.append((workload.name, f"{flops:.4g}", f"{workload.paper_flops:.4g}",
+                     ms(step.plan.makespan), f"{metrics['speedup_vs_aie_only']:.2f}",
+                     f"{vs_pl[-1]:.2f}", f"{metrics['speedup_vs_fixar']:.2f}"))
+    rows.append(("paper (emulation)", "", "2.31K-106.23M", "", "1.61-3.82", "",
+                 "0.98-4.17 (vs FIXAR)"))
+    table(["workload", "train FLOPs/sample (hetrl count)", "paper FLOPs", "AP-DRL step ms",
+           "vs AIE-only", "vs PL-only (fp16, 245 MHz)", "vs FIXAR-like (164 MHz)"], rows,
+          f"(b) Speedups at batch {SPEEDUP_BATCH}, all modeled (AP-DRL = mixed precision, ILP)",
+          "lrrrrrr")
     paper = [workload.paper_flops for workload in workloads]
     print("\nSpearman(paper train FLOPs, modeled speedup vs PL-only) = "
           f"{spearman(paper, vs_pl):.2f} (T5 wants >= 0.8)")
 
 
-def print_allocation(versal: Versal, workload: Workload) -> None:
-    print(f"\n(c) {workload.name}: where the ILP puts the MM layer passes, modeled\n")
-    print("| batch | AIE share of MM FLOPs | MM nodes PS / PL / AIE | step ms |")
-    print("|---:|---:|---|---:|")
-    for batch in ALLOCATION_BATCHES:
+def print_allocation(versal: Versal, workload: Workload, batches: Sequence[int]) -> None:
+    rows = []
+    for batch in batches:
         step = versal.plan(workload.graph_at, batch, versal.mixed)
         counts = [sum(node.kind is Kind.matmul and step.plan.devices[k] == device
                       for node, k in zip(step.graph.nodes, step.plan.assignment))
                   for device in step.plan.devices]
-        print(f"| {batch} | {flop_share(step, 'aie'):.3f} | {' / '.join(map(str, counts))} "
-              f"| {ms(step.plan.makespan)} |")
+        rows.append((batch, f"{flop_share(step, 'aie'):.3f}", " / ".join(map(str, counts)),
+                     ms(step.plan.makespan)))
+    table(["batch", "AIE share of MM FLOPs", "MM nodes PS / PL / AIE", "step ms"], rows,
+          f"(c) {workload.name}: where the ILP puts the MM layer passes, modeled", "rrlr")
     print("\npaper (Figs. 14-15): more layer nodes move to the AIE as the batch grows")
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true",
+                        help="seconds: the smallest network, workloads and batch of each table")
+    args = parser.parse_args()
     versal = Versal()
     workloads = table_iii()
-    print_table_iv(versal)
+    lunar = next(w for w in workloads if w.name == "DDPG-LunarCont")
+    if args.smoke:
+        workloads = [w for w in workloads if w.paper_flops < 1e7]
+    print_table_iv(versal, list(TABLE_IV)[:1] if args.smoke else list(TABLE_IV))
     print_speedups(versal, workloads)
-    print_allocation(versal, next(w for w in workloads if w.name == "DDPG-LunarCont"))
-
+    print_allocation(versal, lunar, ALLOCATION_BATCHES[:1] if args.smoke else ALLOCATION_BATCHES)
 
 if __name__ == "__main__":
     main()

@@ -4,7 +4,8 @@ the MARL paper's figures (extract B.4).
 Run from the repository root:
 
     python benchmarks/marl_sampling.py            # 3/6/12/24 agents, both envs
-    python benchmarks/marl_sampling.py --quick    # a smoke test: 3 and 6 agents, small budgets
+    python benchmarks/marl_sampling.py --quick    # 3 and 6 agents, small budgets
+    python benchmarks/marl_sampling.py --smoke    # seconds: PP, 3 agents, uniform and locality
 
 Everything is measured here, in this one process, at torch's 1 thread:
 
@@ -33,25 +34,16 @@ ratios within one run, not absolute times across runs.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import torch
+from common import build_job, load_average, pct, table
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from hydra.utils import instantiate  # noqa: E402
-
-from hetrl.config.store import register  # noqa: E402
-from hetrl.options import compose_job  # noqa: E402
-from hetrl.precision.uniform import UniformPrecision  # noqa: E402
-from hetrl.scheduler.context import Training  # noqa: E402
-from hetrl.scheduler.state import LoopState  # noqa: E402
-from hetrl.scheduler.sync import SyncScheduler  # noqa: E402
+from hetrl.build import Components
+from hetrl.scheduler.context import Training
+from hetrl.scheduler.state import LoopState
 
 ENVS = {"simple_tag": "PP", "simple_spread": "CN"}
 SAMPLERS = {  # name -> replay overrides
@@ -72,31 +64,29 @@ PAPER_JOINT = {"PP": {3: 1.36, 6: 2.26, 12: 4.41, 24: 9.55},
 PAPER_NOTES = [
     "locality 16x64 sampling time, PP 24 agents: -37.2% (MATD3 PP 3/6 agents, 64x16: -36%)",
     "locality end-to-end time, PP: -8.2% at 3 agents to -20.5% at 24",
-    "joint layout, inter-agent sampling speedup: PP 1.36/2.26/4.41/9.55x, "
-    "CN 1.18/1.71/3.44/7.03x at 3/6/12/24 (incl. reorganization: -37% at 3, +25.8% at 24)",
+    ("joint layout, inter-agent sampling speedup: PP 1.36/2.26/4.41/9.55x, "
+    "CN 1.18/1.71/3.44/7.03x at 3/6/12/24 (incl. reorganization: -37% at 3, +25.8% at 24)"),
     "prioritized locality vs PER-MADDPG sampling: about 2x faster (3, 6, 12 agents)",
-    "phase shares: update-all-trainers up to ~80% (34% -> 87% for 3 -> 48 agents); sampling "
-    "its largest part, growing ~3x per doubling of agents",
+    ("phase shares: update-all-trainers up to ~80% (34% -> 87% for 3 -> 48 agents); sampling "
+    "its largest part, growing ~3x per doubling of agents"),
 ]
 
 
-def build(env: str, n_agents: int, layout: str, sampler: str, fill: int):
-    """The env, MADDPG learner and a replay filled with `fill` transitions of its shapes."""
-    cfg, _ = compose_job("algo=maddpg", f"env={env}", f"env.n_agents={n_agents}",
-                         f"replay={layout}", *SAMPLERS[sampler], "tracking=none",
-                         f"algo.buffer_size={max(fill, 1024)}")  # algo=maddpg: the paper's
-    envs = instantiate(cfg.env)
-    spaces = {"obs_space": envs.single_observation_space, "act_space": envs.single_action_space}
-    replay = instantiate(cfg.replay, **spaces, device=torch.device("cpu"))
+def filled(env: str, n_agents: int, layout: str, sampler: str, fill: int) -> Components:
+    """The MADDPG job's components, its replay filled with `fill` transitions of its shapes."""
+    c = build_job("algo=maddpg", f"env={env}", f"env.n_agents={n_agents}", f"replay={layout}",
+                  *SAMPLERS[sampler], "tracking=none",  # algo=maddpg: the paper's settings
+                  f"algo.buffer_size={max(fill, 1024)}")
     rng = np.random.default_rng(0)
-    n, width = envs.single_observation_space.shape
-    real = envs.single_observation_space.high > envs.single_observation_space.low
+    space = c.envs.single_observation_space
+    n, width = space.shape
+    real = space.high > space.low
     for start in range(0, fill, 1000):
         rows = min(1000, fill - start)
         obs = rng.standard_normal((rows, n, width), dtype=np.float32) * real
-        replay.add(obs, rng.integers(0, 5, (rows, n)), rng.standard_normal((rows, n)),
-                   obs, np.zeros(rows))
-    return cfg, envs, spaces, replay
+        c.replay.add(obs, rng.integers(0, 5, (rows, n)), rng.standard_normal((rows, n)),
+                     obs, np.zeros(rows))
+    return c
 
 
 def sampling_round_ms(replay, n_trainers: int, batch: int, rounds: int) -> float:
@@ -113,19 +103,17 @@ def sampling_round_ms(replay, n_trainers: int, batch: int, rounds: int) -> float
     return statistics.median(times[1:])
 
 
-def end_to_end(cfg, envs, spaces, replay, steps: int) -> dict[str, float]:
-    """The sync loop for `steps` env steps with updates from the first one; its phases."""
-    learner = instantiate(cfg.algo, **spaces, device=torch.device("cpu"))
-    learner.learning_starts = 0
+def end_to_end(c: Components, steps: int) -> dict[str, float]:
+    """The job's own loop for `steps` env steps with updates from the first one; its phases."""
+    c.learner.learning_starts = 0
     state = LoopState()
-    state.obs, _ = envs.reset(seed=0)
-    envs.action_space.seed(0)
-    training = Training(envs=envs, learner=learner, replay=replay,
-                        precision=UniformPrecision("float32"), steps=steps, log_every=steps,
-                        checkpoint_every=0, report=lambda step, metrics: None,
-                        checkpoint=lambda loop: None)
+    state.obs, _ = c.envs.reset(seed=0)
+    c.envs.action_space.seed(0)
+    training = Training(envs=c.envs, learner=c.learner, replay=c.replay, precision=c.precision,
+                        steps=steps, log_every=steps, checkpoint_every=0,
+                        report=lambda step, metrics: None, checkpoint=lambda loop: None)
     start = time.perf_counter()
-    SyncScheduler().run(training, state)
+    c.scheduler.run(training, state)
     wall = time.perf_counter() - start
     return {"s_per_1000": wall * 1000 / steps, "sample_share": state.phase_s["sample"] / wall,
             **{f"{k}_share": v / wall for k, v in state.phase_s.items()}}
@@ -139,33 +127,38 @@ def main() -> None:
     parser.add_argument("--fill", type=int, default=None, help="transitions in the replay")
     parser.add_argument("--rounds", type=int, default=None, help="timed update rounds")
     parser.add_argument("--steps", type=int, default=None, help="env steps end to end")
+    parser.add_argument("--smoke", action="store_true",
+                        help="seconds: PP, 3 agents, uniform and locality 16x64, tiny budgets")
     args = parser.parse_args()
+    samplers = list(END_TO_END) if args.smoke else list(SAMPLERS)
+    if args.smoke:
+        args.envs, args.agents, args.fill, args.rounds, args.steps = (
+            ["simple_tag"], [3], 2000, 1, 100)
     agents = args.agents or ([3, 6] if args.quick else [3, 6, 12, 24])
     fill = args.fill or (5000 if args.quick else 50_000)
     rounds = args.rounds or (3 if args.quick else 7)
     steps = args.steps or (200 if args.quick else 1000)
     torch.set_num_threads(1)
-    register()
-    print(f"load average before: {os.getloadavg()}; fill {fill}, {rounds} rounds, "
+    print(f"{load_average()} before; fill {fill}, {rounds} rounds, "
           f"{steps} env steps end to end, batch 1024, torch threads 1")
 
     rows = []
     for env in args.envs:
         for n in agents:
             for layout in LAYOUTS:
-                for sampler in SAMPLERS:
-                    cfg, envs, spaces, replay = build(env, n, layout, sampler, fill)
-                    n_trainers = envs.n_agents
+                for sampler in samplers:
+                    c = filled(env, n, layout, sampler, fill)
+                    n_trainers = c.envs.n_agents
                     row = {"env": ENVS[env], "n": n, "trainers": n_trainers, "layout": layout,
                            "sampler": sampler,
-                           "round_ms": sampling_round_ms(replay, n_trainers, 1024, rounds)}
+                           "round_ms": sampling_round_ms(c.replay, n_trainers, 1024, rounds)}
                     if sampler in END_TO_END:
-                        row.update(end_to_end(cfg, envs, spaces, replay, steps))
-                    envs.close()
-                    del replay
+                        row.update(end_to_end(c, steps))
+                    c.envs.close()
+                    del c
                     rows.append(row)
                     print(_line(row), flush=True)
-    print(f"load average after: {os.getloadavg()}")
+    print(f"{load_average()} after")
     print_tables(rows)
 
 
@@ -181,13 +174,10 @@ def print_tables(rows: list[dict]) -> None:
         return next(r for r in rows if (r["env"], r["n"], r["layout"], r["sampler"])
                     == (env, n, layout, sampler))
 
-    print("\n## Sampling time per update round (all trainers × batch 1024), ms\n")
-    print("| env | agents | layout | sampler | ms/round | vs uniform | joint × | paper |")
-    print("|---|---|---|---|---|---|---|---|")
+    sampling = []
     for r in rows:
         uniform = find(r["env"], r["n"], r["layout"], "uniform")["round_ms"]
         per_agent = find(r["env"], r["n"], "per_agent", r["sampler"])["round_ms"]
-        joint_x = per_agent / r["round_ms"] if r["layout"] == "joint" else None
         paper = ""
         if r["layout"] == "joint" and r["sampler"] == "uniform":
             paper = f"joint {PAPER_JOINT[r['env']].get(r['n'], '-')}×"
@@ -196,17 +186,15 @@ def print_tables(rows: list[dict]) -> None:
         if r["sampler"] == "prio_locality":
             prioritized = find(r["env"], r["n"], r["layout"], "prioritized")["round_ms"]
             paper = f"vs PER {prioritized / r['round_ms']:.2f}× (paper ≈2×)"
-        print(f"| {r['env']} | {r['n']} | {r['layout']} | {r['sampler']} | {r['round_ms']:.1f} | "
-              f"{_pct(r['round_ms'], uniform)} | {'' if joint_x is None else f'{joint_x:.2f}×'} "
-              f"| {paper} |")
+        sampling.append((r["env"], r["n"], r["layout"], r["sampler"], f"{r['round_ms']:.1f}",
+                         pct(r["round_ms"], uniform),
+                         f"{per_agent / r['round_ms']:.2f}×" if r["layout"] == "joint" else "",
+                         paper))
+    table(["env", "agents", "layout", "sampler", "ms/round", "vs uniform", "joint ×", "paper"],
+          sampling, "## Sampling time per update round (all trainers × batch 1024), ms")
 
-    print("\n## End to end per 1000 env steps (MADDPG, update every 100 steps)\n")
-    print("| env | agents | layout | sampler | s/1000 steps | vs uniform | Δ e2e from sampling | "
-          "sampling % | target_q % | q+p loss % | env % | act % | paper |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        if "s_per_1000" not in r:
-            continue
+    e2e = []
+    for r in (r for r in rows if "s_per_1000" in r):
         uniform = find(r["env"], r["n"], r["layout"], "uniform")
         # the env step varies with the host's load and dominates: the sampling seconds saved,
         # as a share of uniform's time, are the steadier measure of what the sampler changes
@@ -215,20 +203,18 @@ def print_tables(rows: list[dict]) -> None:
         paper = {3: "−8.2%", 24: "−20.5%"}.get(r["n"], "") \
             if r["env"] == "PP" and r["sampler"] != "uniform" else ""
         loss = r.get("q_loss_share", 0) + r.get("p_loss_share", 0)
-        print(f"| {r['env']} | {r['n']} | {r['layout']} | {r['sampler']} | {r['s_per_1000']:.2f} "
-              f"| {_pct(r['s_per_1000'], uniform['s_per_1000'])} | "
-              f"{'' if r is uniform else f'{-100 * saved:+.1f}%'} | "
-              f"{100 * r['sample_share']:.1f} | "
-              f"{100 * r.get('target_q_share', 0):.1f} | {100 * loss:.1f} | "
-              f"{100 * r['env_share']:.1f} | {100 * r['act_share']:.1f} | {paper} |")
+        e2e.append((r["env"], r["n"], r["layout"], r["sampler"], f"{r['s_per_1000']:.2f}",
+                    pct(r["s_per_1000"], uniform["s_per_1000"]),
+                    "" if r is uniform else f"{-100 * saved:+.1f}%",
+                    f"{100 * r['sample_share']:.1f}", f"{100 * r.get('target_q_share', 0):.1f}",
+                    f"{100 * loss:.1f}", f"{100 * r['env_share']:.1f}",
+                    f"{100 * r['act_share']:.1f}", paper))
+    table(["env", "agents", "layout", "sampler", "s/1000 steps", "vs uniform",
+           "Δ e2e from sampling", "sampling %", "target_q %", "q+p loss %", "env %", "act %",
+           "paper"], e2e, "## End to end per 1000 env steps (MADDPG, update every 100 steps)")
     print("\nThe paper (MADDPG/MATD3, RTX 3090 + Threadripper, Python lists of tuples):")
     for note in PAPER_NOTES:
         print(f"- {note}")
-
-
-def _pct(value: float, reference: float) -> str:
-    return "" if value == reference else f"{100 * (value - reference) / reference:+.1f}%"
-
 
 if __name__ == "__main__":
     main()

@@ -4,7 +4,8 @@ precision on the modeled Versal plan against the same job in fp32, over several 
 Run from the repository root:
 
     python benchmarks/mixed_reward_error.py            # 3 seeds x 2 jobs of 60k steps
-    python benchmarks/mixed_reward_error.py --quick    # 1 seed, 3k steps: a smoke run
+    python benchmarks/mixed_reward_error.py --quick    # 1 seed, 3k steps
+    python benchmarks/mixed_reward_error.py --smoke    # 1 seed, 300 steps: seconds
 
 Each pair is two real `hetrl.experiment.run` jobs composed as `python -m hetrl` would compose
 them, tracked to a throwaway MLflow store: `precision=fp32` first, then `platform=versal
@@ -27,20 +28,12 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from hetrl import experiment
-from hetrl.config.store import register
-from hetrl.options import compose_job
+from common import run_job, table, verdict
+
 from hetrl.tracking.reward_error import reward_error_pct
 
 PAPER_ERROR_PCT = 1.60  # [P] AP-DRL, DQN-CartPole
 GOAL_PCT = 5.0
-
-
-def run(out: Path, *overrides: str) -> dict:
-    cfg, choices = compose_job(f"tracking.uri=sqlite:///{out / 'mlflow.db'}", *overrides)
-    job = out / f"job{len(list(out.glob('job*')))}"
-    job.mkdir()
-    return experiment.run(cfg, choices, job)
 
 
 def main() -> None:
@@ -48,29 +41,30 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 seed, 3k steps")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=60_000)
+    parser.add_argument("--smoke", action="store_true", help="1 seed, 300 steps")
     args = parser.parse_args()
-    register()
-    seeds = range(1 if args.quick else args.seeds)
-    budget = ["steps=3000", "algo.learning_starts=500"] if args.quick else [f"steps={args.steps}"]
+    seeds = range(1 if args.quick or args.smoke else args.seeds)
+    budget = (["steps=300", "algo.learning_starts=100"] if args.smoke else ["steps=3000", "algo.learning_starts=500"] if args.quick
+              else [f"steps={args.steps}"])
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in seeds:
             job = ["algo=dqn", "env=cartpole", f"seed={seed}", "log_every=5000", *budget]
-            fp32 = run(Path(tmp), *job, "precision=fp32")
-            mixed = run(Path(tmp), *job, "platform=versal", "precision=mixed")
+            fp32 = run_job(Path(tmp), *job, "precision=fp32",
+                           *["platform.measure_layers=false"] * args.smoke)
+            mixed = run_job(Path(tmp), *job, "platform=versal", "precision=mixed")
             rows.append((seed, fp32.get("return_mean_100", float("nan")),
                          mixed.get("return_mean_100", float("nan")),
                          mixed.get("reward_error_pct", float("nan"))))
             print(f"seed {seed}: fp32 {rows[-1][1]:.1f}  mixed {rows[-1][2]:.1f}  "
                   f"reward_error_pct {rows[-1][3]:.2f}", flush=True)
-    print("\n| seed | return_mean_100 fp32 | return_mean_100 mixed | reward_error_pct |")
-    print("|---:|---:|---:|---:|")
-    for seed, ref, value, error in rows:
-        print(f"| {seed} | {ref:.1f} | {value:.1f} | {error:.2f} |")
     mean = statistics.fmean(row[3] for row in rows)
     ref, value = (statistics.fmean(row[i] for row in rows) for i in (1, 2))
-    print(f"| mean | {ref:.1f} | {value:.1f} | **{mean:.2f}** (paper {PAPER_ERROR_PCT}; goal <= "
-          f"{GOAL_PCT}: {'met' if mean <= GOAL_PCT else 'NOT met'}) |")
+    table(["seed", "return_mean_100 fp32", "return_mean_100 mixed", "reward_error_pct"],
+          [(seed, f"{ref_:.1f}", f"{value_:.1f}", f"{error:.2f}")
+           for seed, ref_, value_, error in rows]
+          + [("mean", f"{ref:.1f}", f"{value:.1f}", (f"**{mean:.2f}** (paper {PAPER_ERROR_PCT}; "
+                                                      f"goal <= {GOAL_PCT}: {verdict(mean <= GOAL_PCT)})"))])
     print(f"\nerror of the seed means: {reward_error_pct(value, ref):.2f} %")
     references = [row[1] for row in rows]
     if len(references) > 1:

@@ -4,6 +4,7 @@ Run from the repository root:
 
     python benchmarks/partition_scaling.py                     # 15 ... 500 nodes, 10 s limit
     python benchmarks/partition_scaling.py --sizes 15 30 --disjunctive --time-limit 30
+    python benchmarks/partition_scaling.py --smoke             # 15 and 30 nodes, 2 s limit
 
 Each size gets one random layered DAG (`hetrl.partition.synthetic.random_costs`, width 3,
 t ∈ [1, 100] µs, comm ∈ [0, 30] µs, two resources at `--tightness` × total use) on 3 devices.
@@ -26,6 +27,7 @@ import argparse
 import time
 
 import numpy as np
+from common import table
 
 from hetrl.partition.heft import HeftPartitioner
 from hetrl.partition.ilp import IlpPartitioner
@@ -40,24 +42,26 @@ def main() -> None:
     parser.add_argument("--tightness", type=float, default=0.4)
     parser.add_argument("--disjunctive", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--smoke", action="store_true", help="15 and 30 nodes, 2 s limit")
     args = parser.parse_args()
+    if args.smoke:
+        args.sizes, args.time_limit = [15, 30], 2.0
     ilp = IlpPartitioner(time_limit_s=args.time_limit, disjunctive=args.disjunctive)
     print(f"method {ilp.method}, time limit {args.time_limit} s, tightness {args.tightness}\n")
-    print("| nodes | edges | seconds | status | ILP T µs | ILP makespan µs | HEFT T µs "
-          "| HEFT makespan µs | gap |")
-    print("|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+    rows = []
     for n in args.sizes:
         costs = random_costs(np.random.default_rng(args.seed + n), n, tightness=args.tightness)
         began = time.perf_counter()
         plan = ilp.partition(costs)
         seconds = time.perf_counter() - began
         heft = HeftPartitioner().partition(costs)
-        gap = 1 - plan.objective / heft.makespan
-        print(f"| {n} | {len(costs.graph.edges)} | {seconds:.2f} | {plan.status} "
-              f"| {plan.objective / US:.1f} | {plan.makespan / US:.1f} "
-              f"| {objective(costs, heft.assignment) / US:.1f} | {heft.makespan / US:.1f} "
-              f"| {gap:.1%} |", flush=True)
-
+        rows.append((n, len(costs.graph.edges), f"{seconds:.2f}", plan.status,
+                     f"{plan.objective / US:.1f}", f"{plan.makespan / US:.1f}",
+                     f"{objective(costs, heft.assignment) / US:.1f}", f"{heft.makespan / US:.1f}",
+                     f"{1 - plan.objective / heft.makespan:.1%}"))
+        print(f"{n} nodes: {seconds:.2f} s, {plan.status}", flush=True)
+    table(["nodes", "edges", "seconds", "status", "ILP T µs", "ILP makespan µs", "HEFT T µs",
+           "HEFT makespan µs", "gap"], rows)
 
 if __name__ == "__main__":
     main()

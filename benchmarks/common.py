@@ -1,0 +1,170 @@
+"""What the benchmarks share: the host they ran on, a job composed, built or run as
+`python -m hetrl` would (in-process, or as a `-m` sweep tracked to MLflow), timing through
+`torch.utils.benchmark.Timer`, and the markdown tables and ratios they print.
+
+A benchmark run as `python benchmarks/<name>.py` imports it as `common` (its own folder is
+first on `sys.path`); importing it puts the repository root there too.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from omegaconf import DictConfig
+
+from hetrl.config.store import register
+from hetrl.options import compose_job
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+
+    from hetrl.build import Components
+
+Contender = tuple[Callable[[], object], int]
+"""A callable to time and the torch intra-op threads to time it at."""
+
+
+# ---- the host ----------------------------------------------------------------------------
+
+
+def load_average() -> str:
+    return f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cpus"
+
+
+def host_line(*modules: str) -> str:
+    """The CPU, the load, python and the versions of `modules` (torch's always)."""
+    import importlib
+
+    versions = [f"{m} {importlib.import_module(m).__version__}" for m in ("torch", *modules)]
+    return (f"host: {platform.processor() or platform.machine()}, {load_average()}; "
+            f"python {platform.python_version()}, {', '.join(versions)}")
+
+
+def core_check(min_run_time: float = 0.2) -> str:
+    """How much a second intra-op thread helps right now (a 384x384 matmul at 1 and 2
+    threads): on a shared host a busy second core makes 2-thread runs many times slower."""
+    import torch
+
+    a = torch.randn(384, 384)
+    t = median_seconds({"1": (lambda: a @ a, 1), "2": (lambda: a @ a, 2)}, 1, min_run_time)
+    speedup = t["1"] / t["2"]
+    note = "" if speedup >= 1.3 else "  <-- second core busy: 2-thread figures suffer"
+    return f"2-thread matmul speedup {speedup:.2f}x, {load_average()}{note}"
+
+
+# ---- jobs --------------------------------------------------------------------------------
+
+
+def job_config(*overrides: str) -> tuple[DictConfig, dict[str, str]]:
+    """The config and choices `python -m hetrl <overrides>` would get."""
+    register()
+    return compose_job(*overrides)
+
+
+def build_job(*overrides: str, plan: bool = False) -> Components:
+    """The components `python -m hetrl <overrides>` would train with."""
+    from hetrl.build import build
+
+    return build(job_config(*overrides)[0], plan=plan)
+
+
+def tracking_uri(store: Path) -> str:
+    return f"sqlite:///{store / 'mlflow.db'}"
+
+
+def run_job(store: Path, *overrides: str, out: Path | None = None) -> dict[str, Any]:
+    """One job in this process through `experiment.run`, tracked to the MLflow store in
+    `store` (where a later job finds it as its reference run), its checkpoint in `out` (by
+    default a new folder in `store`); its final metrics."""
+    from hetrl import experiment
+
+    cfg, choices = job_config(f"tracking.uri={tracking_uri(store)}", *overrides)
+    out = out or store / f"job{len(list(store.glob('job*')))}"
+    out.mkdir(parents=True)
+    return experiment.run(cfg, choices, out)
+
+
+def sweep(store: Path, *overrides: str) -> list[Run]:
+    """`python -m hetrl -m <overrides>` (a Hydra multirun) tracked to the MLflow store in
+    `store`; the sweep's jobs as MLflow runs, in the order they ran."""
+    from mlflow.tracking import MlflowClient
+
+    store.mkdir(parents=True, exist_ok=True)
+    sweep_dir = store / f"sweep{len(list(store.glob('sweep*')))}"
+    done = subprocess.run([sys.executable, "-m", "hetrl", "-m", *overrides,
+                           f"tracking.uri={tracking_uri(store)}", f"hydra.sweep.dir={sweep_dir}"],
+                          cwd=store, capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if done.returncode:
+        raise RuntimeError(f"python -m hetrl -m {' '.join(overrides)} failed:\n"
+                           + done.stderr[-3000:])
+    client = MlflowClient(tracking_uri(store))
+    parent = client.search_runs([client.get_experiment_by_name("hetrl").experiment_id],
+                                filter_string=f"tags.sweep_dir = '{sweep_dir}'")[0]
+    return client.search_runs(
+        [parent.info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
+        order_by=["attributes.start_time ASC"])
+
+
+# ---- timing ------------------------------------------------------------------------------
+
+
+def median_seconds(contenders: dict[str, Contender], repeats: int,
+                   min_run_time: float) -> dict[str, float]:
+    """Median seconds per call of each contender, by `Timer.blocked_autorange`, the
+    contenders interleaved over `repeats` rounds so that drift on a noisy host hits them
+    alike (each is called once first, to warm up)."""
+    from torch.utils.benchmark import Measurement, Timer
+
+    for fn, _ in contenders.values():
+        fn()
+    rounds = [Timer("fn()", globals={"fn": fn}, label=name, num_threads=threads)
+              .blocked_autorange(min_run_time=min_run_time)
+              for _ in range(repeats) for name, (fn, threads) in contenders.items()]
+    return {m.label: m.median for m in Measurement.merge(rounds)}
+
+
+# ---- report ------------------------------------------------------------------------------
+
+
+def num(x: float) -> str:
+    """A rate or a count: thousands separated from 100 up, one decimal below."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}"
+
+
+def ratio(value: float, reference: float) -> str:
+    return f"{value / reference:.2f}x"
+
+
+def pct(value: float, reference: float) -> str:
+    """The change from `reference` in percent ('' for the reference itself)."""
+    return "" if value == reference else f"{100 * (value - reference) / reference:+.1f}%"
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[object]],
+          title: str | None = None, align: str = "") -> None:
+    """A markdown table (cells as given, `str` of anything else), under `title` if any;
+    `align` has an `r` for each column to right-align (e.g. "lrr")."""
+    if title:
+        print(f"\n{title}\n")
+    print(f"| {' | '.join(header)} |")
+    print("|" + "".join("---:|" if a == "r" else "---|" for a in align.ljust(len(header), "l")))
+    for row in rows:
+        print(f"| {' | '.join(map(str, row))} |")
+    sys.stdout.flush()

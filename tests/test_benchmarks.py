@@ -1,0 +1,30 @@
+"""Every benchmark in `benchmarks/` runs its `--smoke` mode to the end and prints its table.
+
+A benchmark is any script there with a `__main__` guard, so a new one is covered as soon as
+it lands (helper modules such as `common.py` have none)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = sorted(path for path in (Path(__file__).parent.parent / "benchmarks").glob("*.py")
+                    if 'if __name__ == "__main__":' in path.read_text())
+EXTRAS = {"vs_sb3.py": "stable_baselines3"}  # what a benchmark needs beyond `.[test]`
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", BENCHMARKS, ids=lambda path: path.stem)
+def test_smoke(script: Path, tmp_path: Path) -> None:
+    if script.name in EXTRAS:
+        pytest.importorskip(EXTRAS[script.name], reason="pip install -e '.[bench]'")
+    out = subprocess.run([sys.executable, str(script), "--smoke"], check=False, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"^\|(---:?\|)+$", out.stdout, re.MULTILINE), out.stdout[-3000:]
