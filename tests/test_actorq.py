@@ -32,6 +32,7 @@ POOL = dict(precision="fp32", int8_mode="kernel", per_channel=True, eval_episode
             pull_every=10, quantize_on="learner", start_method="spawn")
 
 
+@pytest.mark.slow
 def test_one_fp32_actor_pulling_every_step_learns_like_the_sync_loop(tmp_path):
     """Same seed, same budget, same schedule: the returns agree within noise (a random
     CartPole policy scores about 22)."""

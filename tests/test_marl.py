@@ -97,6 +97,7 @@ CI_BUDGET = ("steps=25000", "algo.learning_starts=2500", "algo.train_freq=20")
 transitions (the paper's cadence, algo=maddpg's own: every 100 from 25,600, over 1.5M steps)."""
 
 
+@pytest.mark.slow
 def test_maddpg_beats_a_random_team_on_simple_spread(tmp_path):
     """MADDPG, 3 agents, within CI_BUDGET."""
     envs = MpeVectorEnv("simple_spread_v3", n_agents=3)

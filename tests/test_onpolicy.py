@@ -41,6 +41,7 @@ def _curve(tmp_path, result):
     return [v for _, v in metric_history(tmp_path, result["run_id"], "return_mean_100")]
 
 
+@pytest.mark.slow
 def test_ppo_learns_cartpole(tmp_path):
     # the tuned rl-zoo3 setup (8 envs, n_steps 32, minibatch 256, 20 epochs) on 30k steps
     result = run_job(tmp_path, "algo=ppo", "steps=30000", "log_every=2560")
@@ -48,6 +49,7 @@ def test_ppo_learns_cartpole(tmp_path):
     assert curve[-1] >= 150 and curve[-1] >= 3 * curve[0], curve
 
 
+@pytest.mark.slow
 def test_a2c_learns_cartpole(tmp_path):
     result = run_job(tmp_path, "algo=a2c", "steps=30000", "log_every=2000")
     curve = _curve(tmp_path, result)

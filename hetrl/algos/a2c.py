@@ -79,12 +79,21 @@ class A2C(OnPolicyLearner):
 
     def update(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
         dist = self.actor.distribution(batch.obs)
-        log_prob = dist.log_prob(batch.actions)
-        entropy = dist.entropy().mean()
+        policy_loss = -(self.advantages(batch) * dist.log_prob(batch.actions)).mean()
+        return self.train_on(policy_loss, dist, batch)
+
+    def advantages(self, batch: RolloutBatch) -> torch.Tensor:
+        """The batch's advantages, normalized over it with `normalize_advantage`."""
         advantages = batch.advantages
         if self.normalize_advantage:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        policy_loss = -(advantages * log_prob).mean()
+        return advantages
+
+    def train_on(self, policy_loss: torch.Tensor, dist: torch.distributions.Distribution,
+                 batch: RolloutBatch) -> dict[str, torch.Tensor]:
+        """One optimizer step on the policy loss plus the value loss, minus the entropy bonus
+        of the policy's distribution `dist` on the batch."""
+        entropy = dist.entropy().mean()
         value_loss = F.mse_loss(self.value(batch.obs), batch.returns)
         loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy
 

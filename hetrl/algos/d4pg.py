@@ -21,8 +21,10 @@ def project(support: torch.Tensor, next_probs: torch.Tensor, rewards: torch.Tens
     """C51's projection of the distribution of r + discount · Z onto `support`.
 
     Each shifted atom's mass is split between its two neighbours on the support, in
-    proportion to closeness (all of it to one atom when it lands exactly on it).
+    proportion to closeness (all of it to one atom when it lands exactly on it). Computed in
+    float32, whatever dtype the critic ran in (fp16/bf16 autocast).
     """
+    next_probs = next_probs.float()
     v_min, v_max = support[0], support[-1]
     delta = support[1] - support[0]
     shifted = (rewards[:, None] + discounts[:, None] * support[None, :]).clamp(v_min, v_max)

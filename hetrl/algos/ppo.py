@@ -8,7 +8,6 @@ from typing import Iterable
 
 import gymnasium as gym
 import torch
-import torch.nn.functional as F
 
 from hetrl.algos.a2c import A2C
 from hetrl.replay.rollout import RolloutBatch
@@ -34,23 +33,14 @@ class PPO(A2C):
 
     def update(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
         dist = self.actor.distribution(batch.obs)
-        log_prob = dist.log_prob(batch.actions)
-        entropy = dist.entropy().mean()
-        advantages = batch.advantages
-        if self.normalize_advantage:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        ratio = (log_prob - batch.log_probs).exp()
+        advantages = self.advantages(batch)
+        ratio = (dist.log_prob(batch.actions) - batch.log_probs).exp()
         clipped = ratio.clamp(1 - self.clip_range, 1 + self.clip_range)
         policy_loss = -torch.min(advantages * ratio, advantages * clipped).mean()
-        value_loss = F.mse_loss(self.value(batch.obs), batch.returns)
-        loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy
 
-        self.optimize(self.optimizer, loss, max_grad_norm=self.max_grad_norm)
+        metrics = self.train_on(policy_loss, dist, batch)
 
-        self.updates += 1
         with torch.no_grad():
             clip_fraction = ((ratio - 1).abs() > self.clip_range).float().mean()
             approx_kl = ((ratio - 1) - ratio.log()).mean()  # CleanRL's k3 estimator
-        return {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
-                "entropy": entropy.detach(), "clip_fraction": clip_fraction,
-                "approx_kl": approx_kl}
+        return {**metrics, "clip_fraction": clip_fraction, "approx_kl": approx_kl}

@@ -82,14 +82,24 @@ class DDPGConfig(AlgoConfig):
 
 
 @dataclass
-class TD3Config(DDPGConfig):
+class TwinDelayed:
+    """TD3's additions to a DDPG-style learner (TD3, MATD3): delayed actor and target
+    updates and target policy smoothing. Listed first among the bases, so that its checks
+    follow the learner's."""
+
     policy_delay: int = MISSING
     target_noise: float = MISSING
     target_noise_clip: float = MISSING
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        super().__post_init__()  # type: ignore[misc]  # the learner config's, next in the MRO
         require(self.policy_delay >= 1, "algo.policy_delay", self.policy_delay, "integers >= 1")
+        require(self.target_noise >= 0, "algo.target_noise", self.target_noise, "floats >= 0")
+
+
+@dataclass
+class TD3Config(TwinDelayed, DDPGConfig):
+    pass
 
 
 @dataclass
@@ -125,25 +135,16 @@ class MADDPGConfig(AlgoConfig):
 
 
 @dataclass
-class MATD3Config(MADDPGConfig):
+class MATD3Config(TwinDelayed, MADDPGConfig):
     """MADDPG plus twin critics, target smoothing (on the target's soft actions) and delayed
     actor and target updates."""
-
-    policy_delay: int = MISSING
-    target_noise: float = MISSING
-    target_noise_clip: float = MISSING
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require(self.policy_delay >= 1, "algo.policy_delay", self.policy_delay, "integers >= 1")
-        require(self.target_noise >= 0, "algo.target_noise", self.target_noise, "floats >= 0")
 
 
 @dataclass
 class A2CConfig:
     """On-policy hyperparameters (SB3 names), shared by PPO. No replay buffer, no
     learning_starts: each update trains on a fresh rollout of n_steps × n_envs transitions
-    (the base Learner's schedule is derived from it, see hetrl.algos.a2c)."""
+    (hetrl.algos.base.OnPolicyLearner.rollout_size)."""
 
     _target_: str = MISSING
     hidden: list[int] = MISSING

@@ -1,4 +1,4 @@
-"""Environment factories: gymnasium vector envs (PettingZoo comes with the MARL work)."""
+"""Environment factories: gymnasium vector envs here, PettingZoo MPE in `hetrl.envs.mpe`."""
 
 from hetrl.envs.gym import make_vector_env
 
