@@ -115,6 +115,19 @@ def test_tuned_hyperparameters_apply_and_command_line_wins():
     assert cfg.algo.train_freq == 4 and cfg.steps == 123
 
 
+@pytest.mark.parametrize("tuned", group_options("tuned"))
+def test_every_tuned_file_composes_validates_and_is_tagged(tuned):
+    """conf/tuned/<algo>_<env>.yaml applies to its pair: the algo and env it is named for."""
+    algo, env = next((a, tuned.removeprefix(f"{a}_")) for a in group_options("algo")
+                     if tuned.startswith(f"{a}_") and tuned.removeprefix(f"{a}_") in
+                     group_options("env"))
+    cfg, choices = compose_job(f"algo={algo}", f"env={env}")
+    validate(cfg, choices)
+    assert choices["tuned"] == tuned
+    for key, value in option_yaml("tuned", tuned).get("algo", {}).items():
+        assert cfg.algo[key] == value
+
+
 def test_unknown_option_names_it_and_the_choices():
     with pytest.raises(ConfigCompositionException) as err:
         compose_job("algo=foo")
