@@ -63,11 +63,11 @@ def option_class(group: str, name: str) -> type:
     return get_class(option_yaml(group, name)._target_)
 
 
-def envs_for(action_space: ActionSpace, agents: Agents = Agents.single) -> list[str]:
-    """Env options whose action space and number of agents are of the given kinds."""
+def envs_for(learner: type) -> list[str]:
+    """Env options the learner class can act in (its `supports` their kinds)."""
     return [name for name in group_options("env")
-            if (node := composed_option("env", name)).action_space == action_space.value
-            and node.agents == agents.value]
+            if learner.supports(ActionSpace((node := composed_option("env", name)).action_space),
+                                Agents(node.agents))]
 
 
 def algos_for(action_space: ActionSpace, agents: Agents = Agents.single) -> list[str]:

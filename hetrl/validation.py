@@ -43,12 +43,13 @@ def _check_algo_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     learner = get_class(cfg.algo._target_)
     has, agents = ActionSpace(cfg.env.action_space), Agents(cfg.env.agents)
     if not learner.supports(has, agents):
-        needs, needs_agents = learner.action_space, learner.agents
+        space = getattr(learner, "action_space", None)  # None: any action space
+        acts = f" with {space.value} actions" if space is not None else ""
         raise ConfigError(
-            f"algo={choices['algo']} needs a {needs_agents.value}-agent env with a "
-            f"{needs.value} action space, but env={choices['env']} ({cfg.env.id}) is a "
-            f"{agents.value}-agent env with a {has.value} one: choose env from "
-            f"{envs_for(needs, needs_agents)} or algo from {algos_for(has, agents)}"
+            f"algo={choices['algo']} is a {learner.agents.value}-agent algo{acts} and cannot "
+            f"act in env={choices['env']} ({cfg.env.id}), a {agents.value}-agent env with a "
+            f"{has.value} action space: choose env from {envs_for(learner)} or algo from "
+            f"{algos_for(has, agents)}"
         )
 
 
