@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 EXTENDING = ROOT / "examples" / "extending"
 sys.path.insert(0, str(EXTENDING))  # the examples' modules, as PYTHONPATH=examples/extending
 
-from hetrl_examples import schemas  # noqa: E402
-from hetrl_examples.recent_sampler import RecentSampler  # noqa: E402
+from hetrl_examples import schemas
+from hetrl_examples.recent_sampler import RecentSampler
 
 schemas.register()  # what hydra_plugins/hetrl_examples.py does when `python -m hetrl` starts
 SEARCHPATH = f"hydra.searchpath=[file://{EXTENDING / 'conf'}]"
