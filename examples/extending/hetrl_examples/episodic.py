@@ -1,0 +1,56 @@
+"""A scheduler added from outside hetrl (docs/extending.md, "A scheduler"): the sync loop with
+its updates deferred to episode ends, as in Fujimoto et al.'s TD3 code, which trains after
+each episode for as long as the episode took."""
+
+from __future__ import annotations
+
+from hetrl.algos.base import OffPolicyLearner
+from hetrl.config.enums import Agents
+from hetrl.scheduler.autoreset import episode_returns, stored_next_obs
+from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
+from hetrl.scheduler.state import LoopState, PhaseTimer
+from hetrl.scheduler.updates import Updates
+
+
+class EpisodicScheduler:
+    """Act, step, store as `scheduler=sync`; the updates the env steps are owed (the algo's
+    `train_freq`, `gradient_steps` and `learning_starts`, counted by the one update step
+    `Updates`) are paid in one burst whenever an episode ends. Updates owed at the end of the
+    budget, or at a checkpoint in the middle of an episode, are not made."""
+
+    # the class flags validation reads: off-policy algos (on_policy), single-agent envs
+    # (agents), acting in the learner's process (no actor_pool: actors=local)
+    on_policy = False
+    agents = (Agents.single,)
+
+    def run(self, t: Training, state: LoopState) -> dict[str, float]:
+        envs, replay = t.envs, t.replay
+        learner: OffPolicyLearner = t.learner  # type: ignore[assignment]  # validate() ensures it
+        timer = PhaseTimer(state.phase_s)
+        learner.time_phases(state.phase_s)
+        updates = Updates(learner, replay, t.precision, state)
+        boundary = StepBoundary(t, state)
+        obs, owed, learner_metrics = state.obs, 0, {}
+
+        while state.step < t.steps:
+            with timer("act"):
+                if state.step < learner.learning_starts:
+                    actions = envs.action_space.sample()
+                else:
+                    actions = learner.act(obs, state.step)
+            with timer("env"):
+                next_obs, rewards, terminated, truncated, info = envs.step(actions)
+            done = terminated | truncated
+            with timer("replay_add"):
+                replay.add(obs, actions, rewards, stored_next_obs(next_obs, done, info),
+                           terminated, truncated)
+            owed += updates.owed(envs.num_envs)
+            if done.any():
+                learner.end_episodes(done)
+                state.record_episodes(episode_returns(info))
+                for _ in range(owed):  # the episode is over: pay what its steps are owed
+                    learner_metrics = updates.step()
+                owed = 0
+            obs = next_obs
+            boundary(envs.num_envs, obs, learner_metrics)
+        return loop_metrics(state, learner, learner_metrics)
