@@ -36,6 +36,8 @@ def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     _check_precision_fits_platform(cfg, choices)
     _check_actors_fit_scheduler(cfg, choices)
     _check_scheduler_fits_env(cfg, choices)
+    _check_precision_fits_scheduler(cfg, choices)
+    _check_partitioner_fits_platform(cfg, choices)
     OmegaConf.to_object(cfg)  # builds each dataclass, which runs its __post_init__
 
 
@@ -115,6 +117,31 @@ def _check_scheduler_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> No
             f"scheduler={choices['scheduler']} does not step {agents.value}-agent envs such "
             f"as env={choices['env']}: choose scheduler from {fitting}"
         )
+
+
+def _check_precision_fits_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    """An actor pool takes a copy of the learner into its processes; some precisions change
+    the learner's layers in a way that cannot travel (the class flag `fits_actor_pool`)."""
+    if not getattr(get_class(cfg.scheduler._target_), "actor_pool", False):
+        return
+    if not getattr(get_class(cfg.precision._target_), "fits_actor_pool", True):
+        fitting = [p for p in group_options("precision")
+                   if getattr(option_class("precision", p), "fits_actor_pool", True)]
+        raise ConfigError(
+            f"precision={choices['precision']} does not fit scheduler={choices['scheduler']}, "
+            f"whose actors take a copy of the learner: choose precision from {fitting} (the "
+            "actors' own precision is actors.precision)"
+        )
+
+
+def _check_partitioner_fits_platform(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    """A partitioner that names a device names one of the platform's."""
+    device = cfg.partitioner.get("device")
+    if device is None:
+        return
+    devices = list(cfg.platform.devices) if "devices" in cfg.platform else ["cpu", "cuda"]
+    require(device in devices, "partitioner.device", device,
+            f"the devices of platform={choices['platform']}: {devices}")
 
 
 def _check_precision_fits_platform(cfg: DictConfig, choices: Mapping[str, str]) -> None:

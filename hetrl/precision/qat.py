@@ -14,6 +14,8 @@ hook return their input unchanged, so training is bitwise the fp32 training.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import nn
 from torch.nn.utils import parametrize
@@ -53,6 +55,11 @@ class FakeQuantWeight(nn.Module):
 
 class QATPrecision(UniformPrecision):
     """fp32 numerics, plus QuaRL's fake quantization after `quant_delay` learner updates."""
+
+    # validation: the parametrized layers cannot be pickled whole into an actor pool's processes
+    # (torch serializes them only through state_dict); ActorQ's actors quantize by
+    # `actors.precision` instead
+    fits_actor_pool: ClassVar[bool] = False
 
     def __init__(self, bits: int, quant_delay: int, per_channel: bool = True) -> None:
         super().__init__("float32")

@@ -1,0 +1,104 @@
+"""Driven by the registry (the options in `conf/`), not by hand lists.
+
+Every pair of options that validation accepts trains: a pair is accepted when
+`python -m hetrl g1=o1 g2=o2` composes and validates (the rest of the config at its
+defaults); the accepted pairs are then covered by few jobs (pairwise testing: pairs are folded
+into one job while every pair inside it is accepted, and the job itself validates), each of
+which trains a few steps. So every algorithm trains on the env it brings, and every option
+of every group trains beside every option of every other group that it fits. Every env
+trains with the first algorithm of the registry that fits it.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+from helpers import compose_job, tracking_uri
+from hydra.errors import ConfigCompositionException
+from omegaconf import DictConfig, OmegaConf
+
+from hetrl import experiment
+from hetrl.options import GROUPS, group_options
+from hetrl.config.errors import ConfigError
+from hetrl.validation import validate
+
+Choice = tuple[str, str]  # (group, option)
+
+PAIRED = [group for group in GROUPS if group != "env"] + ["replay/sampler"]
+"""The groups whose options are paired (each algo brings an env it fits)."""
+TINY = {"steps": 64, "log_every": 32, "algo.learning_starts": 16, "algo.batch_size": 16,
+        "algo.buffer_size": 512, "algo.train_freq": 4, "algo.gradient_steps": 1,
+        "algo.n_steps": 16, "algo.hidden": [16], "algo.policy_hidden": None,
+        "replay.sampler.refs": 4, "replay.sampler.neighbors": 4, "actors.pull_every": 16,
+        "actors.eval_episodes": 1}
+"""A few steps of any job: each key that the composed config has is set to this."""
+
+
+def _accepted(*overrides: str) -> tuple[DictConfig, dict[str, str]] | None:
+    """The job these overrides compose to, tiny, if composition and validation accept it."""
+    try:
+        cfg, choices = compose_job(*overrides)
+        for key, value in TINY.items():
+            if OmegaConf.select(cfg, key, default="absent") != "absent":
+                OmegaConf.update(cfg, key, value)
+        validate(cfg, choices)
+    except (ConfigError, ConfigCompositionException):
+        return None
+    return cfg, choices
+
+
+def _pairs(choices: dict[str, str]) -> set[tuple[Choice, Choice]]:
+    chosen = sorted((group, choices[group]) for group in PAIRED if choices.get(group))
+    return set(combinations(chosen, 2))
+
+
+def _covering_jobs() -> list[tuple[tuple[str, ...], DictConfig, dict[str, str]]]:
+    """Jobs that together hold every accepted pair of options of different groups."""
+    options = sorted((group, option) for group in PAIRED for option in group_options(group))
+    pairs = [(a, b) for a, b in combinations(options, 2) if a[0] != b[0]]
+    accepted = {pair for pair in pairs if _accepted(*(f"{g}={o}" for g, o in pair))}
+    uncovered, jobs = set(accepted), []
+    while uncovered:
+        chosen = dict(min(uncovered))
+        for a, b in sorted(uncovered):  # fold in every pair that fits with what is chosen
+            merged = {**chosen, **dict((a, b))}
+            fits = all(chosen.get(group, option) == option for group, option in (a, b))
+            if fits and set(combinations(sorted(merged.items()), 2)) <= accepted:
+                chosen = merged
+        overrides = tuple(f"{g}={o}" for g, o in sorted(chosen.items()))
+        job = _accepted(*overrides)
+        assert job is not None, f"every pair of {overrides} is accepted, but not all of them"
+        uncovered -= _pairs(job[1])
+        jobs.append((overrides, *job))
+    return jobs
+
+
+@pytest.mark.slow
+def test_every_accepted_pair_of_options_trains(tmp_path: Path):
+    failures = []
+    for n, (overrides, cfg, choices) in enumerate(_covering_jobs()):
+        OmegaConf.update(cfg, "tracking.uri", tracking_uri(tmp_path))
+        out = tmp_path / f"job{n}"
+        out.mkdir()
+        try:
+            assert experiment.run(cfg, choices, out)["updates"] > 0, "no update"
+        except Exception as error:  # every failing job is reported, not just the first
+            failures.append(f"{' '.join(overrides)}: {type(error).__name__}: {error}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.slow
+def test_every_env_trains_with_an_algo_that_fits(tmp_path: Path):
+    failures = []
+    for n, env in enumerate(group_options("env")):
+        job = next(filter(None, (_accepted(f"algo={algo}", f"env={env}", "tracking=none")
+                                 for algo in group_options("algo"))))
+        out = tmp_path / f"job{n}"
+        out.mkdir()
+        try:
+            assert experiment.run(*job, out)["updates"] > 0, "no update"
+        except Exception as error:
+            failures.append(f"env={env}: {type(error).__name__}: {error}")
+    assert not failures, "\n".join(failures)
