@@ -20,8 +20,9 @@ from hetrl.partition.objective import objective
 from hetrl.partition.planning import StepPlan
 from hetrl.partition.single import SinglePartitioner
 
-_spec = importlib.util.spec_from_file_location(
-    "apdrl_tables", Path(__file__).resolve().parents[1] / "benchmarks" / "apdrl_tables.py")
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))  # the tables import the benchmarks' shared `common`
+_spec = importlib.util.spec_from_file_location("apdrl_tables", BENCHMARKS / "apdrl_tables.py")
 tables = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tables)
 
