@@ -54,8 +54,8 @@ def test_an_algorithm_expected_sarsa(tmp_path: Path):
 
 
 def test_an_algorithm_is_checked_by_its_class_flags_and_schema():
-    with pytest.raises(ConfigError, match=r"algo=expected_sarsa needs a single-agent env with "
-                                          r"a discrete action space"):
+    with pytest.raises(ConfigError, match=r"algo=expected_sarsa is a single-agent algo with "
+                                          r"discrete actions and cannot act in env=pendulum"):
         job("algo=expected_sarsa", "env=pendulum")
     with pytest.raises(ConfigError, match="describes no task graph"):  # no task_graph method
         job("algo=expected_sarsa", "platform=cpu_npu")

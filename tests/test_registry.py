@@ -49,6 +49,16 @@ def _accepted(*overrides: str) -> tuple[DictConfig, dict[str, str]] | None:
     return cfg, choices
 
 
+def _pair_accepted(a: Choice, b: Choice, alone: dict[Choice, tuple | None]) -> bool:
+    """Whether `g1=o1 g2=o2` is accepted; where one option alone already brings the other
+    (a default, or what it chooses for that group), the pair is that option alone."""
+    for one, other in ((a, b), (b, a)):
+        job = alone[one]
+        if job is not None and job[1].get(other[0]) == other[1]:
+            return True
+    return _accepted(*(f"{g}={o}" for g, o in (a, b))) is not None
+
+
 def _pairs(choices: dict[str, str]) -> set[tuple[Choice, Choice]]:
     chosen = sorted((group, choices[group]) for group in PAIRED if choices.get(group))
     return set(combinations(chosen, 2))
@@ -57,8 +67,9 @@ def _pairs(choices: dict[str, str]) -> set[tuple[Choice, Choice]]:
 def _covering_jobs() -> list[tuple[tuple[str, ...], DictConfig, dict[str, str]]]:
     """Jobs that together hold every accepted pair of options of different groups."""
     options = sorted((group, option) for group in PAIRED for option in group_options(group))
+    alone = {a: _accepted(f"{a[0]}={a[1]}") for a in options}
     pairs = [(a, b) for a, b in combinations(options, 2) if a[0] != b[0]]
-    accepted = {pair for pair in pairs if _accepted(*(f"{g}={o}" for g, o in pair))}
+    accepted = {pair for pair in pairs if _pair_accepted(*pair, alone)}
     uncovered, jobs = set(accepted), []
     while uncovered:
         chosen = dict(min(uncovered))
