@@ -17,6 +17,7 @@ from hetrl.config.algo import (
 )
 from hetrl.config.env import EnvConfig, MpeEnvConfig
 from hetrl.config.partitioner import (
+    ComposerPartitionerConfig,
     HeftPartitionerConfig,
     IlpPartitionerConfig,
     SinglePartitionerConfig,
@@ -47,7 +48,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "precision": {"uniform": UniformPrecisionConfig, "mixed": HardwareAwarePrecisionConfig,
                   "qat": QATPrecisionConfig},
     "partitioner": {"ilp": IlpPartitionerConfig, "heft": HeftPartitionerConfig,
-                    "single": SinglePartitionerConfig},
+                    "single": SinglePartitionerConfig, "composer": ComposerPartitionerConfig},
     "scheduler": {"sync": SchedulerConfig, "onpolicy": SchedulerConfig,
                   "actorq": SchedulerConfig},
     "replay": {"uniform": UniformReplayConfig, "multi_agent": MultiAgentReplayConfig},
