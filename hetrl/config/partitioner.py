@@ -40,8 +40,8 @@ class ComposerPartitionerConfig:
 
     _target_: str = MISSING
     fanout: int = MISSING
-    capacity: Optional[int] = None  # null: the algo's buffer_size
-    insert_batch: Optional[int] = None  # null: the algo's batch_size
+    capacity: Optional[int] = MISSING  # null: the algo's buffer_size
+    insert_batch: Optional[int] = MISSING  # null: the algo's batch_size
     n_actors: int = MISSING
 
     def __post_init__(self) -> None:
