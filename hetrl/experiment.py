@@ -107,7 +107,7 @@ def _train(
         envs=c.envs, learner=c.learner, replay=c.replay, precision=c.precision,
         steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
         report=report, checkpoint=save_checkpoint, stop=stop, actors=c.actors,
-        make_envs=c.make_envs, seed=cfg.seed,
+        make_envs=c.make_envs, seed=cfg.seed, log_text=tracker.log_text,
     )
     try:
         results = c.scheduler.run(training, state)

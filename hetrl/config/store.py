@@ -37,7 +37,7 @@ from hetrl.config.replay import (
     UniformSamplerConfig,
 )
 from hetrl.config.run import RunConfig
-from hetrl.config.scheduler import SchedulerConfig
+from hetrl.config.scheduler import PearlSchedulerConfig, SchedulerConfig
 from hetrl.config.tracking import MlflowTrackingConfig, NullTrackingConfig
 
 SCHEMAS: dict[str, dict[str, type]] = {
@@ -50,7 +50,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "partitioner": {"ilp": IlpPartitionerConfig, "heft": HeftPartitionerConfig,
                     "single": SinglePartitionerConfig, "composer": ComposerPartitionerConfig},
     "scheduler": {"sync": SchedulerConfig, "onpolicy": SchedulerConfig,
-                  "actorq": SchedulerConfig},
+                  "actorq": SchedulerConfig, "pearl": PearlSchedulerConfig},
     "replay": {"uniform": UniformReplayConfig, "multi_agent": MultiAgentReplayConfig},
     "replay/sampler": {"uniform": UniformSamplerConfig, "locality": LocalitySamplerConfig,
                        "prioritized": PrioritizedSamplerConfig,
