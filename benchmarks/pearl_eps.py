@@ -22,10 +22,10 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-
-from common import host_line, num, ratio, run_job, table  # noqa: I001  (common first: sys.path)
-from hetrl.algos.base import Batch
+from common import host_line, num, ratio, run_job, table
 from plain_torch import plain_ddpg, plain_dqn
+
+from hetrl.algos.base import Batch
 
 WORKLOADS = {
     # DQN-CartPole, PEARL's "3-layer MLP, hidden 64": 4-64-2 (B.4); replay 8192 [A]

@@ -19,8 +19,8 @@ from hetrl.partition.composer import (
     Traffic,
     TreeShape,
     compose,
-    experience_bytes,
     exp_memory,
+    experience_bytes,
     fpga_rm_cycles,
     portability,
 )

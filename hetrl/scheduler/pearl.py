@@ -35,7 +35,12 @@ from hetrl.actors.worker import Chunk
 from hetrl.algos.base import Batch, OffPolicyLearner
 from hetrl.config.enums import Agents
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
-from hetrl.scheduler.pearl_runtime import CollisionCheck, ResourceManager, Timings, ring_slots
+from hetrl.scheduler.pearl_runtime import (
+    CollisionCheck,
+    ResourceManager,
+    Timings,
+    ring_slots,
+)
 from hetrl.scheduler.state import LoopState
 from hetrl.scheduler.updates import Updates
 
@@ -153,14 +158,14 @@ class PearlScheduler:
                 # 2-5. sample; insert concurrently with learning; collision check; learn
                 future: list[Future] = []
 
-                def after_sample(batch: Batch):
+                def after_sample(batch: Batch, future: list[Future] = future):
                     nonlocal buffer
                     check.sampled(batch.indices)
                     if buffer:
                         future.append(executor.submit(insert, buffer))
                         buffer = []
 
-                    def keep(indices: np.ndarray) -> np.ndarray:
+                    def keep(indices: np.ndarray, future: list[Future] = future) -> np.ndarray:
                         for f in future:
                             f.result()
                         return check.keep(indices)

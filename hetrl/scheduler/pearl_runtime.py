@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-
 # ---- collision-free scheduling (§B.2.3 step 4, D.2 #10) ------------------------------------
 
 
