@@ -77,7 +77,7 @@ def _plan(cfg: DictConfig, learner: Learner, platform: HostPlatform | ModeledPla
     its devices (unless `platform.measure_layers=false`); learners with no task graph
     (multi-agent) have no plan on the host."""
     if isinstance(platform, ModeledPlatform):
-        return plan_step(learner, platform, precision, instantiate(cfg.partitioner))
+        return plan_step(learner, platform, precision, instantiate(cfg.partitioner), **spaces)
     if platform.measure_layers and hasattr(learner, "task_graph"):
         return plan_measured_step(learner, platform, instantiate(cfg.partitioner), **spaces)
     return None

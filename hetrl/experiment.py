@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -25,7 +26,7 @@ from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState
 from hetrl.seeding import rng_states, set_rng_states
 from hetrl.tracking.base import Tracker
-from hetrl.tracking.plots import gantt, learning_curve
+from hetrl.tracking.plots import eps_heatmap, gantt, learning_curve
 from hetrl.tracking.reward_error import fp32_actors_key, numerics_key, reference_metrics
 from hetrl.validation import validate
 
@@ -106,7 +107,7 @@ def _train(
         envs=c.envs, learner=c.learner, replay=c.replay, precision=c.precision,
         steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
         report=report, checkpoint=save_checkpoint, stop=stop, actors=c.actors,
-        make_envs=c.make_envs, seed=cfg.seed,
+        make_envs=c.make_envs, seed=cfg.seed, log_text=tracker.log_text,
     )
     try:
         results = c.scheduler.run(training, state)
@@ -135,6 +136,14 @@ def _log_plan(tracker: Tracker, step_plan: StepPlan, batch_size: int, out_dir: P
     if len(step_plan.plan.devices) > 1:
         tracker.log_artifact(gantt(step_plan.plan, step_plan.graph, out_dir / "plan_gantt.png",
                                    name))
+    if (composition := step_plan.composition) is not None:  # partitioner=composer (PEARL)
+        tracker.log_text(composition.to_json(), "composer/mapping.json")
+        tracker.log_text(composition.table(), "composer/eps_platform.csv")
+        tracker.log_text(json.dumps(composition.matrix.rows(), indent=1), "composer/matrix.json")
+        tracker.log_artifact(eps_heatmap(
+            composition.grid(), composition.matrix.devices,
+            (composition.assignment["RM"], composition.assignment["Learner"]),
+            out_dir / "composer_eps.png", name, composition.measured))
 
 
 def _initial_state(c: Components, saved: dict[str, Any] | None, seed: int) -> LoopState:

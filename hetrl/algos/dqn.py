@@ -30,6 +30,7 @@ class DQN(OffPolicyLearner):
         exploration_final_eps: float,
         max_grad_norm: float,
         total_steps: int,
+        cnn: str = "nature",
         **common,
     ) -> None:
         super().__init__(**common)
@@ -40,7 +41,7 @@ class DQN(OffPolicyLearner):
         self.max_grad_norm = max_grad_norm
         self.n_actions = int(act_space.n)
         self.obs_shape = tuple(obs_space.shape)
-        self.q = network(obs_space, self.policy_hidden, self.n_actions).to(self.device)
+        self.q = network(obs_space, self.policy_hidden, self.n_actions, cnn=cnn).to(self.device)
         self.q_target = frozen_copy(self.q)
         self.optimizer = adam(self.q.parameters(), self.lr)
 

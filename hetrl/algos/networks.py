@@ -56,12 +56,29 @@ def nature_cnn(n_out: int, in_channels: int = 4) -> nn.Sequential:
     )
 
 
+def dqn2013_cnn(n_out: int, in_channels: int = 4) -> nn.Sequential:
+    """The Q-network of Mnih et al. (2013), PEARL's Pong policy (spec §B.4): 16 8×8/4, 32 4×4/2,
+    FC 256."""
+    return nn.Sequential(
+        ScaleImage(),
+        nn.Conv2d(in_channels, 16, kernel_size=8, stride=4), nn.ReLU(),
+        nn.Conv2d(16, 32, kernel_size=4, stride=2), nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(32 * 9 * 9, 256), nn.ReLU(),
+        nn.Linear(256, n_out),
+    )
+
+
+CNNS = {"nature": nature_cnn, "dqn2013": dqn2013_cnn}
+"""The CNNs an image observation can take (`algo.cnn`)."""
+
+
 def network(obs_space: gym.Space, hidden: list[int], n_out: int,
-            activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
-    """The Nature CNN on stacked frames (`hidden` unused, as SB3's CnnPolicy), else an MLP
-    of `hidden` widths on the flattened observation."""
+            activation: type[nn.Module] = nn.ReLU, cnn: str = "nature") -> nn.Sequential:
+    """A CNN (`cnn`: the Nature CNN by default) on stacked frames (`hidden` unused, as SB3's
+    CnnPolicy), else an MLP of `hidden` widths on the flattened observation."""
     if is_image(obs_space):
-        return nature_cnn(n_out, in_channels=obs_space.shape[0])
+        return CNNS[cnn](n_out, in_channels=obs_space.shape[0])
     return mlp([flat_dim(obs_space), *hidden, n_out], activation=activation)
 
 

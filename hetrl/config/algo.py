@@ -59,9 +59,12 @@ class DQNConfig(AlgoConfig):
     exploration_final_eps: float = MISSING
     max_grad_norm: float = MISSING
     total_steps: int = II("steps")
+    cnn: str = "nature"  # on image observations: nature (Mnih 2015) | dqn2013 (PEARL's Pong)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        require(self.cnn in ("nature", "dqn2013"), "algo.cnn", self.cnn,
+                "'nature' or 'dqn2013'")
         require(self.target_update_interval >= 1, "algo.target_update_interval",
                 self.target_update_interval, "integers >= 1")
         for key in ("exploration_fraction", "exploration_initial_eps", "exploration_final_eps"):

@@ -53,6 +53,10 @@ class DeviceSpec:
     capacity: dict[str, float] = field(default_factory=dict)
     # dict[str, Any]: OmegaConf rejects ints in a dict of dict of float; checked below
     usage: dict[Kind, dict[str, Any]] = field(default_factory=dict)
+    # a pipelined dataflow fabric (an FPGA): PEARL's composer models its Replay Manager and
+    # Learner in cycles of this clock (Eqs. 2-5); null: by the roofline as any other device
+    clock_hz: Optional[float] = None
+    sram_bytes: Optional[float] = None  # on-chip memory: RM + Learner co-locate if they fit
 
 
 @dataclass
@@ -88,9 +92,14 @@ class ModeledPlatformConfig(PlatformConfig):
     links: list[LinkSpec] = MISSING  # [] for a platform of one device
     # the plans the chosen one is compared with: name -> every node on one device, one dtype
     baselines: dict[str, BaselineSpec] = MISSING
+    # PEARL's composer: a transfer between two primitives that both live on the host goes
+    # through the host runtime's queues (DCQ, RRQ, LAQ) and costs this much
+    host_runtime_s: float = 0.0
 
     def __post_init__(self) -> None:
         _check_threads(self.threads)
+        require(self.host_runtime_s >= 0, "platform.host_runtime_s", self.host_runtime_s,
+                "floats >= 0 (seconds)")
         names = sorted(self.devices)
         require(len(names) > 0, "platform.devices", names, "a non-empty mapping of devices")
         require(self.host in self.devices, "platform.host", self.host, f"one of {names}")
@@ -135,6 +144,10 @@ def _check_device(key: str, spec: DeviceSpec, resources: set[str]) -> None:
     require(spec.mem_bandwidth > 0, f"{key}.mem_bandwidth", spec.mem_bandwidth,
             "floats > 0 (bytes/s)")
     require(spec.launch_s >= 0, f"{key}.launch_s", spec.launch_s, "floats >= 0 (seconds)")
+    require(spec.clock_hz is None or spec.clock_hz > 0, f"{key}.clock_hz", spec.clock_hz,
+            "null or floats > 0 (Hz)")
+    require(spec.sram_bytes is None or spec.sram_bytes >= 0, f"{key}.sram_bytes",
+            spec.sram_bytes, "null or floats >= 0 (bytes)")
     require(len(spec.runs) > 0, f"{key}.runs", list(spec.runs),
             f"a non-empty list of {[k.value for k in Kind]}")
     require(all(c >= 0 for c in spec.capacity.values()), f"{key}.capacity",

@@ -17,6 +17,7 @@ from hetrl.config.algo import (
 )
 from hetrl.config.env import EnvConfig, MpeEnvConfig
 from hetrl.config.partitioner import (
+    ComposerPartitionerConfig,
     HeftPartitionerConfig,
     IlpPartitionerConfig,
     SinglePartitionerConfig,
@@ -36,7 +37,7 @@ from hetrl.config.replay import (
     UniformSamplerConfig,
 )
 from hetrl.config.run import RunConfig
-from hetrl.config.scheduler import SchedulerConfig
+from hetrl.config.scheduler import PearlSchedulerConfig, SchedulerConfig
 from hetrl.config.tracking import MlflowTrackingConfig, NullTrackingConfig
 
 SCHEMAS: dict[str, dict[str, type]] = {
@@ -47,9 +48,9 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "precision": {"uniform": UniformPrecisionConfig, "mixed": HardwareAwarePrecisionConfig,
                   "qat": QATPrecisionConfig},
     "partitioner": {"ilp": IlpPartitionerConfig, "heft": HeftPartitionerConfig,
-                    "single": SinglePartitionerConfig},
+                    "single": SinglePartitionerConfig, "composer": ComposerPartitionerConfig},
     "scheduler": {"sync": SchedulerConfig, "onpolicy": SchedulerConfig,
-                  "actorq": SchedulerConfig},
+                  "actorq": SchedulerConfig, "pearl": PearlSchedulerConfig},
     "replay": {"uniform": UniformReplayConfig, "multi_agent": MultiAgentReplayConfig},
     "replay/sampler": {"uniform": UniformSamplerConfig, "locality": LocalitySamplerConfig,
                        "prioritized": PrioritizedSamplerConfig,

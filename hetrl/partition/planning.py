@@ -7,9 +7,11 @@ import json
 from dataclasses import dataclass
 
 import gymnasium as gym
+import numpy as np
 
 from hetrl.algos.base import Learner
 from hetrl.config.platform import BaselineSpec
+from hetrl.partition.composer import Composition, experience_bytes
 from hetrl.partition.costs import CostTable, Plan
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.single import SinglePartitioner
@@ -24,6 +26,7 @@ class StepPlan:
     plan: Plan
     baselines: dict[str, Plan]
     measured: bool = False  # costs timed on this host's devices, not modeled
+    composition: Composition | None = None  # partitioner=composer: PEARL's RM/Learner placement
 
     def metrics(self, batch_size: int) -> dict[str, float]:
         """Modeled figures as `eps_platform`, `platform/*`, `speedup_vs_*`; a plan over measured
@@ -41,6 +44,8 @@ class StepPlan:
                 baseline.makespan / plan.makespan)
         for k, device in enumerate(plan.devices):
             metrics[f"{prefix}nodes_{device}"] = float(plan.assignment.count(k))
+        if self.composition is not None:  # PEARL's EPS of the whole iteration, Eq. (6)
+            metrics.update(self.composition.metrics())
         return metrics
 
     def to_json(self) -> str:
@@ -62,13 +67,35 @@ class StepPlan:
                           indent=1)
 
 
-def plan_step(learner: Learner, platform: ModeledPlatform, precision, partitioner) -> StepPlan:
+def plan_step(learner: Learner, platform: ModeledPlatform, precision, partitioner,
+              obs_space: gym.Space | None = None, act_space: gym.Space | None = None
+              ) -> StepPlan:
     """The learner's step graph at its batch size, partitioned under the precision policy's
     dtypes, and each baseline of the platform (all nodes on one device, in one dtype)."""
     graph = learner.task_graph(learner.batch_size)
     costs = platform.cost_table(graph, precision.dtype_chooser(platform))
     baselines = {name: _baseline(graph, platform, spec) for name, spec in platform.baselines.items()}
-    return StepPlan(graph, costs, partitioner.partition(costs), baselines)
+    composition = None
+    if hasattr(partitioner, "compose"):  # PEARL's composer places RM and Learner first
+        composition = partitioner.compose(platform, graph, learner.batch_size,
+                                          _buffer_size(learner),
+                                          _experience_bytes(learner, obs_space, act_space))
+    return StepPlan(graph, costs, partitioner.partition(costs), baselines,
+                    composition=composition)
+
+
+def _buffer_size(learner: Learner) -> int:
+    return int(getattr(learner, "buffer_size", 0) or 8192)
+
+
+def _experience_bytes(learner: Learner, obs_space: gym.Space | None,
+                      act_space: gym.Space | None) -> float:
+    """PEARL's E for the env's spaces (flat observation and action sizes; without them, the
+    learner's observation shape and one action)."""
+    obs = (gym.spaces.flatdim(obs_space) if obs_space is not None
+           else int(np.prod(getattr(learner, "obs_shape", (1,)))))
+    act = gym.spaces.flatdim(act_space) if isinstance(act_space, gym.spaces.Box) else 1
+    return experience_bytes(obs, act)
 
 
 def _baseline(graph: TaskGraph, platform: ModeledPlatform, spec: BaselineSpec) -> Plan:
@@ -84,8 +111,14 @@ def plan_measured_step(learner: Learner, host: HostPlatform, partitioner,
     partitioned over them (trivially on a CPU-only host), beside each device alone."""
     graph = learner.task_graph(learner.batch_size)
     costs = host.cost_table(graph, learner, obs_space, act_space)
+    composition = None
+    if hasattr(partitioner, "compose_measured"):  # PEARL's composer, on measured primitives
+        composition = partitioner.compose_measured(
+            costs, learner.batch_size, _buffer_size(learner),
+            _experience_bytes(learner, obs_space, act_space))
     if len(costs.devices) == 1:
         return StepPlan(graph, costs, SinglePartitioner(costs.devices[0]).partition(costs), {},
-                        measured=True)
+                        measured=True, composition=composition)
     baselines = {f"{d}_only": SinglePartitioner(d).partition(costs) for d in costs.devices}
-    return StepPlan(graph, costs, partitioner.partition(costs), baselines, measured=True)
+    return StepPlan(graph, costs, partitioner.partition(costs), baselines, measured=True,
+                    composition=composition)

@@ -48,8 +48,9 @@ class ModeledPlatform:
     def __init__(self, name: str, device: str, host: str, devices: Mapping[str, DeviceSpec],
                  links: Sequence[LinkSpec] = (),
                  baselines: Mapping[str, BaselineSpec] | None = None,
-                 threads: int | None = 1) -> None:
+                 threads: int | None = 1, host_runtime_s: float = 0.0) -> None:
         use_threads(threads)
+        self.host_runtime_s = host_runtime_s  # PEARL: one hand-over between host primitives
         self.name = name
         self.baselines = dict(baselines or {})
         self.device = resolve_device(device)

@@ -36,6 +36,7 @@ class Training:
     actors: Actors | None = None  # where acting happens and in which precision
     make_envs: Callable[[], gym.vector.VectorEnv] | None = None  # more envs like `envs`
     seed: int = 0
+    log_text: Callable[[str, str], None] | None = None  # (text, artifact name): the tracker's
 
 
 TRAINING_PHASES = ("replay_add", "rollout_add", "advantages", "sample", "update",

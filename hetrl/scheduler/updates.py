@@ -3,9 +3,12 @@ number of env steps is owed, and the update step itself."""
 
 from __future__ import annotations
 
+from typing import Callable
+
+import numpy as np
 import torch
 
-from hetrl.algos.base import OffPolicyLearner
+from hetrl.algos.base import Batch, OffPolicyLearner
 from hetrl.precision.base import Precision
 from hetrl.replay.base import Replay
 from hetrl.scheduler.state import LoopState, PhaseTimer
@@ -31,15 +34,23 @@ class Updates:
         rollouts, state.pending = divmod(state.pending + n, learner.train_freq)
         return rollouts * learner.gradient_steps if state.step > learner.learning_starts else 0
 
-    def step(self) -> dict[str, torch.Tensor]:
-        """One update; returns the learner's metrics."""
+    def step(self, after_sample: Callable[[Batch], Callable[[np.ndarray], np.ndarray]]
+             | None = None) -> dict[str, torch.Tensor]:
+        """One update; returns the learner's metrics. `after_sample(batch)` (PEARL's loop)
+        runs once the batch is sampled, before the learner trains on it, and returns the mask
+        of the rows whose priority update may still go in (their slots not overwritten since)."""
         learner, replay, timer = self.learner, self.replay, self.timer
         with timer("sample"):
             batch = replay.sample(learner.batch_size)
+        keep = after_sample(batch) if after_sample is not None else None
         with timer("update"), self.autocast:
             metrics = learner.update(batch)
         if batch.weights is not None:  # prioritized: new priorities
             with timer("priority_update"):
-                replay.update_priorities(batch.indices, metrics.pop("td_errors"))
+                indices, td_errors = batch.indices, metrics.pop("td_errors")
+                if keep is not None:  # collision check: drop the stale rows' updates
+                    mask = keep(indices)
+                    indices, td_errors = indices[mask], td_errors[torch.as_tensor(mask, device=td_errors.device)]
+                replay.update_priorities(indices, td_errors)
         self.state.updates += 1
         return metrics

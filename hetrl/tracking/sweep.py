@@ -22,7 +22,7 @@ PARENT_ENV = "HETRL_PARENT_RUN_ID"  # read by the jobs' tracking config
 CHOICE_TAGS = ("algo", "env", "platform", "precision", "partitioner", "scheduler", "replay",
                "seed")
 SUMMARY_METRICS = ("return_mean_100", "reward_error_pct", "sps", "eps_host", "eps_platform",
-                   "updates")
+                   "phi_d", "updates")
 
 
 class MlflowSweep(Callback):
@@ -87,7 +87,19 @@ class MlflowSweep(Callback):
         for key, value in (("jobs", len(children)), ("jobs_finished", counts["FINISHED"]),
                            ("jobs_failed", counts["FAILED"])):
             self.client.log_metric(self.parent_id, key, value)
+        self._log_portability(children)
         return children
+
+    def _log_portability(self, children: list) -> None:
+        """PEARL's Φ(P) (Eq. 7) where the sweep spans platforms: per setting, the harmonic
+        mean over platforms of each one's best EPS (0 where a job failed)."""
+        text = platform_portability(children, self.keys)
+        if text is None:
+            return
+        table, phis = text
+        self.client.log_text(self.parent_id, table, "portability.csv")
+        for key, phi in phis.items():
+            self.client.log_metric(self.parent_id, key, phi)
 
     def _close(self) -> None:
         if self.parent_id is None:
@@ -98,6 +110,35 @@ class MlflowSweep(Callback):
         self.client.set_terminated(self.parent_id, status=status)
         os.environ.pop(PARENT_ENV, None)
         self.parent_id = None
+
+
+def platform_portability(children: list, keys: list[str]) -> tuple[str, dict[str, float]] | None:
+    """Φ(P) of the jobs that differ only in platform: a CSV (setting, platforms, Φ) and the
+    metrics `phi_p` (one setting) or `phi_p/<setting>`; None without two platforms. A job's
+    best EPS is its composer's best candidate, else `eps_platform`, else `eps_host`."""
+    from hetrl.partition.composer import portability
+
+    groups: dict[str, dict[str, float]] = {}
+    for run in children:
+        tags, metrics = run.data.tags, run.data.metrics
+        setting = ",".join([f"{t}={tags.get(t, '')}" for t in CHOICE_TAGS if t != "platform"]
+                           + [f"{k}={run.data.params.get(k, '')}" for k in keys])
+        best = next((metrics[m] for m in ("composer/eps_best", "eps_platform",
+                                          "host/composer/eps_best", "eps_host")
+                     if m in metrics), 0.0)
+        if run.info.status != "FINISHED":
+            best = 0.0
+        platform = tags.get("platform", "")
+        group = groups.setdefault(setting, {})
+        group[platform] = max(group.get(platform, 0.0), best)
+    if not any(len(g) > 1 for g in groups.values()):
+        return None
+    rows, phis = ["setting,platforms,phi_p"], {}
+    for k, (setting, best) in enumerate(groups.items()):
+        phi = portability(list(best.values()))
+        rows.append(f'"{setting}",{"|".join(sorted(best))},{phi:.6g}')
+        phis["phi_p" if len(groups) == 1 else f"phi_p/{k}"] = phi
+    return "\n".join(rows) + "\n", phis
 
 
 def _fmt(value: float | None) -> str:

@@ -1,0 +1,130 @@
+"""PEARL's EPS on this host (issue 12): hetrl `scheduler=pearl`, hetrl `scheduler=sync`, SB3
+and a plain-PyTorch learner loop on PEARL's workloads (Table 2) at batch 32 and 512.
+
+    python benchmarks/pearl_eps.py            # 20 000 env steps a job
+    python benchmarks/pearl_eps.py --smoke    # a few thousand, one batch size
+
+EPS is PEARL's experiences per second through the learner: batch × updates / seconds. For
+every loop it is given over the whole loop's wall time (`EPS loop`, comparable across the
+four); hetrl also logs `eps_host` over its training phases only. The plain-PyTorch loop is the
+learner alone on random batches (no envs, no replay): a ceiling, not a contender.
+
+PEARL's workloads as override sets (not tuned files: conf/tuned holds rl-zoo3's values):
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+from common import host_line, num, ratio, run_job, table
+from plain_torch import plain_ddpg, plain_dqn
+
+from hetrl.algos.base import Batch
+
+WORKLOADS = {
+    # DQN-CartPole, PEARL's "3-layer MLP, hidden 64": 4-64-2 (B.4); replay 8192 [A]
+    "dqn-cartpole": ("algo=dqn", "env=cartpole", "algo.hidden=[64]", "algo.buffer_size=8192",
+                     "algo.learning_starts=1000", "algo.train_freq=4", "algo.gradient_steps=1",
+                     "algo.lr=1e-3"),
+    # DDPG-MountainCarContinuous, the artifact's [64, 64]
+    "ddpg-mountaincar": ("algo=ddpg", "env=mountaincar_continuous", "algo.hidden=[64,64]",
+                         "algo.buffer_size=50000", "algo.learning_starts=1000",
+                         "algo.train_freq=4", "algo.gradient_steps=1"),
+    # DQN-Pong with the 2013 DQN CNN: composer/model only here (Atari training is too heavy
+    # for 2 cores): python -m hetrl algo=dqn env=pong algo.cnn=dqn2013 algo.buffer_size=8192
+}
+__doc__ += "\n".join(f"    {name}: {' '.join(o)}" for name, o in WORKLOADS.items()) + "\n"
+
+
+def hetrl_loop(store: Path, overrides: tuple[str, ...], scheduler: str, batch: int,
+               steps: int) -> dict[str, float]:
+    m = run_job(store, *overrides, f"scheduler={scheduler}", f"algo.batch_size={batch}",
+                f"steps={steps}", "log_every=1000000", "seed=0")
+    wall = steps / m["sps"]
+    return {"eps_loop": batch * m["updates"] / wall, "env_steps_per_s": m["sps"],
+            "eps_host": m["eps_host"]}
+
+
+def sb3_loop(name: str, batch: int, steps: int) -> dict[str, float] | None:
+    try:
+        from stable_baselines3 import DDPG, DQN
+    except ImportError:
+        return None
+    torch.set_num_threads(1)
+    common = dict(batch_size=batch, learning_starts=1000, train_freq=4, gradient_steps=1,
+                  device="cpu", verbose=0, seed=0)
+    if name == "dqn-cartpole":
+        model = DQN("MlpPolicy", "CartPole-v1", buffer_size=8192, learning_rate=1e-3,
+                    policy_kwargs={"net_arch": [64]}, **common)
+    else:
+        model = DDPG("MlpPolicy", "MountainCarContinuous-v0", buffer_size=50000,
+                     policy_kwargs={"net_arch": [64, 64]}, **common)
+    start = time.perf_counter()
+    model.learn(steps)
+    wall = time.perf_counter() - start
+    updates = model._n_updates
+    return {"eps_loop": batch * updates / wall, "env_steps_per_s": steps / wall}
+
+
+def plain_loop(name: str, batch: int, seconds: float) -> dict[str, float]:
+    torch.set_num_threads(1)
+    env = gym.make("CartPole-v1" if name == "dqn-cartpole" else "MountainCarContinuous-v0")
+    obs = env.observation_space.shape[0]
+    if name == "dqn-cartpole":
+        step = plain_dqn(obs, 2, [64], fused=False)
+        actions = torch.randint(2, (batch,))
+    else:
+        step = plain_ddpg(obs, 1, [64, 64], fused=False, scale=1.0)
+        actions = torch.rand(batch, 1) * 2 - 1
+    b = Batch(torch.randn(batch, obs), actions, torch.randn(batch), torch.randn(batch, obs),
+              torch.zeros(batch))
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step(b)
+        n += 1
+    return {"eps_loop": batch * n / (time.perf_counter() - start), "env_steps_per_s": np.nan}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="a short run, batch 32 only")
+    parser.add_argument("--steps", type=int, default=20000)
+    args = parser.parse_args()
+    steps, batches = (3000, (32,)) if args.smoke else (args.steps, (32, 512))
+    print(host_line("gymnasium"))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Path(tmp)
+        for name, overrides in WORKLOADS.items():
+            for batch in batches:
+                figures = {
+                    "hetrl pearl": hetrl_loop(store, overrides, "pearl", batch, steps),
+                    "hetrl sync": hetrl_loop(store, overrides, "sync", batch, steps),
+                    "SB3": sb3_loop(name, batch, steps),
+                    "plain PyTorch (learner only)": plain_loop(name, batch, 1.0 if args.smoke
+                                                               else 5.0),
+                }
+                sb3 = figures["SB3"]
+                for who, f in figures.items():
+                    if f is None:
+                        continue
+                    rows.append([name, batch, who, num(f["eps_loop"]),
+                                 num(f.get("eps_host", np.nan)) if "eps_host" in f else "",
+                                 "" if np.isnan(f["env_steps_per_s"]) else num(f["env_steps_per_s"]),
+                                 ratio(f["eps_loop"], sb3["eps_loop"]) if sb3 else "",
+                                 ratio(f["env_steps_per_s"], sb3["env_steps_per_s"])
+                                 if sb3 and not np.isnan(f["env_steps_per_s"]) else ""])
+    table(["workload", "batch", "loop", "EPS loop", "eps_host", "env steps/s", "EPS / SB3",
+           "env steps/s / SB3"], rows, title=f"PEARL EPS, {steps} env steps a job",
+          align="llrrrrrr")
+    print(f"\n{host_line()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,466 @@
+"""PEARL's System Composer (specs/ap-drl-pearl.md §B.2.7-B.2.9): Algorithm 2 over a platform.
+
+Step 1 places the two compute primitives, the Replay Manager (RM: the sum tree's sampling,
+update and insertion) and the Learner (one SGD step), from the N × 3 Primitive Device
+Assignment Matrix M (rows: devices; columns: RM alone, Learner alone, RM + Learner on one
+device), maximising EPS = BS / T_itr with Eq. (6)
+
+    T_itr = T_RM^sample(i) + max(T_RM^insert(i), T_RM^update(i) + T_Learner(j))
+            + T_comm(i→j) + T_comm(cpu→i) + T_comm(j→i)
+
+(sampled indices and experiences RM → Learner; the actors' experiences host → RM; the new
+priorities Learner → RM), the co-located column where i = j, ties broken by the least data
+traffic (Fig. 8b). Step 2 puts the Experience Memory on the device of Learner, Actors or RM
+with the least Σ C / bandwidth.
+
+Where M comes from:
+
+* a device with a `clock_hz` is a pipelined dataflow fabric (the FPGA): the RM by Eqs. (3)-(4)
+  in cycles, 2F(BS + D) to sample and 2(BS + D) to update or insert (D = the tree's depth, F
+  its fanout), the Learner by Eqs. (2) and (5): T_stage × (⌈BS/DP⌉ + 3(L − 1)) cycles, L the
+  weight layers, the DSPs a design sustains (rate / 2·clock) balanced over the stages, DP
+  data-parallel pipelines as many as fit them whole (spec D.2 #2-#4); cycles / clock;
+* any other device by its roofline (hetrl.platform.model): the Learner is the step's task
+  graph run serially on it, the RM's operations are batched tree walks (a sample reads F
+  children on each of D levels per request, an update rewrites D ancestors);
+* on `platform=host`, measured (`measured_matrix`): the Learner's step and a sum tree's
+  operations timed on each real device.
+
+Every transfer costs what the platform's links say (latency, runtime overhead per transfer,
+bytes / bandwidth, two hops between accelerators through the host). Per Eq. (3) the RM's
+sampling also takes its input (the host runtime's request) from the host. A transfer between
+two primitives that both live on the host goes through the host runtime's queues (PEARL's
+Python host thread): `host_runtime_s` per transfer. Inside one accelerator, none (on-chip
+pipes).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import product
+from time import perf_counter
+
+import numpy as np
+
+from hetrl.config.enums import DType
+from hetrl.partition.costs import CostTable, Plan
+from hetrl.partition.graph import Kind, Pass, TaskGraph
+from hetrl.partition.single import SinglePartitioner
+
+RM_OPS = ("sample", "insert", "update")
+WORD = 4  # bytes of an index, a priority or a float32 experience field
+
+
+def portability(eps: Sequence[float]) -> float:
+    """Eq. (7): the harmonic mean of the EPS of every choice in H, 0 if any is 0 (a choice
+    the implementation cannot run)."""
+    eps = [float(e) for e in eps]
+    if not eps or any(not e > 0 for e in eps):
+        return 0.0
+    return len(eps) / sum(1.0 / e for e in eps)
+
+
+@dataclass
+class PrimitiveMatrix:
+    """M of Algorithm 2: per device, the RM's three operations and the Learner's step, alone
+    and co-located (seconds per iteration; inf where the device cannot host it)."""
+
+    devices: list[str]
+    rm: np.ndarray  # (N, 3): sample, insert, update; the RM alone on the device
+    learner: np.ndarray  # (N,)
+    rm_co: np.ndarray  # (N, 3): the RM sharing the device with the Learner
+    learner_co: np.ndarray  # (N,)
+
+    def rows(self) -> list[dict[str, float]]:
+        """The matrix as PEARL's PT.csv columns, one row per device."""
+        out = []
+        for k, device in enumerate(self.devices):
+            row = {"device": device}
+            row.update({f"RP-{op}": float(self.rm[k, o]) for o, op in enumerate(RM_OPS)})
+            row["LN"] = float(self.learner[k])
+            row.update({f"RPLN-RP-{op}": float(self.rm_co[k, o]) for o, op in enumerate(RM_OPS)})
+            row["RPLN-LN"] = float(self.learner_co[k])
+            out.append(row)
+        return out
+
+
+@dataclass
+class Traffic:
+    """What moves per iteration (bytes): BS sampled experiences and indices to the Learner,
+    the insert batch of experiences from the actors, BS priorities back."""
+
+    batch_size: int
+    insert_batch: int
+    experience_bytes: float  # E
+
+    @property
+    def sampled(self) -> float:
+        return self.batch_size * (self.experience_bytes + WORD)
+
+    @property
+    def inserted(self) -> float:
+        return self.insert_batch * self.experience_bytes
+
+    @property
+    def priorities(self) -> float:
+        return self.batch_size * WORD
+
+
+Transfer = Callable[[float, str, str], float]
+"""(bytes, from device, to device) -> seconds of one transfer between primitives."""
+
+
+@dataclass
+class Candidate:
+    rm: str
+    learner: str
+    t_itr: float
+    eps: float
+    traffic_s: float  # the three transfers' time: the tie-break
+
+
+@dataclass
+class Composition:
+    """Algorithm 2's answer and everything it weighed."""
+
+    assignment: dict[str, str]  # PEARL's JSON: {"DS": ..., "RM": ..., "Learner": ...}
+    eps: float  # of the chosen pair
+    t_itr: float
+    candidates: list[Candidate]
+    matrix: PrimitiveMatrix
+    measured: bool = False
+    phi_d: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.phi_d = portability([c.eps for c in self.candidates])
+
+    def to_json(self) -> str:
+        return json.dumps(self.assignment)
+
+    def grid(self) -> np.ndarray:
+        """EPS of every candidate, rows = Learner device, columns = RM device (Fig. 8)."""
+        index = {d: k for k, d in enumerate(self.matrix.devices)}
+        out = np.zeros((len(index), len(index)))
+        for c in self.candidates:
+            out[index[c.learner], index[c.rm]] = c.eps
+        return out
+
+    def table(self) -> str:
+        """Every candidate as CSV: RM device, Learner device, T_itr, EPS, traffic."""
+        lines = ["rm,learner,t_itr_s,eps,traffic_s"]
+        lines += [f"{c.rm},{c.learner},{c.t_itr:.6g},{c.eps:.6g},{c.traffic_s:.6g}"
+                  for c in self.candidates]
+        return "\n".join(lines) + "\n"
+
+    def metrics(self) -> dict[str, float]:
+        prefix = "host/" if self.measured else ""
+        best = max((c.eps for c in self.candidates), default=0.0)
+        metrics = {f"{prefix}composer/eps": self.eps, f"{prefix}composer/t_itr_s": self.t_itr,
+                   f"{prefix}composer/eps_best": best, f"{prefix}phi_d": self.phi_d}
+        if not self.measured:
+            metrics["eps_platform"] = self.eps
+        return metrics
+
+
+def t_itr(m: PrimitiveMatrix, i: int, j: int, transfer: Transfer, traffic: Traffic,
+          host: str) -> tuple[float, float]:
+    """Eq. (6) for RM on device i and Learner on device j: (T_itr, the transfers' time)."""
+    d = m.devices
+    rm, learner = (m.rm_co[i], m.learner_co[j]) if i == j else (m.rm[i], m.learner[j])
+    sample, insert, update = rm
+    request = transfer(traffic.batch_size * WORD, host, d[i])  # Eq. (3)'s T_comm: the request
+    comm = (transfer(traffic.sampled, d[i], d[j]) + transfer(traffic.inserted, host, d[i])
+            + transfer(traffic.priorities, d[j], d[i]))
+    return sample + request + max(insert, update + learner) + comm, comm + request
+
+
+def compose(m: PrimitiveMatrix, transfer: Transfer, traffic: Traffic, host: str,
+            bandwidth: Callable[[str, str], float], n_actors: int = 4,
+            measured: bool = False) -> Composition:
+    """Algorithm 2: step 1 over all N² (RM, Learner) pairs, argmax EPS, ties broken by the
+    least traffic; step 2 the Exp Memory."""
+    candidates = []
+    for i, j in product(range(len(m.devices)), repeat=2):
+        t, traffic_s = t_itr(m, i, j, transfer, traffic, host)
+        eps = traffic.batch_size / t if math.isfinite(t) and t > 0 else 0.0
+        candidates.append(Candidate(m.devices[i], m.devices[j], t, eps, traffic_s))
+    best = min(candidates, key=lambda c: (-c.eps, c.traffic_s))  # first of equals: stable
+    ds = exp_memory(best.rm, best.learner, host, traffic, bandwidth, n_actors)
+    return Composition({"DS": ds, "RM": best.rm, "Learner": best.learner}, best.eps,
+                       best.t_itr, candidates, m, measured)
+
+
+def exp_memory(rm: str, learner: str, actors: str, traffic: Traffic,
+               bandwidth: Callable[[str, str], float], n_actors: int) -> str:
+    """Algorithm 2 step 2: the device among Learner's, Actors', RM's with the least
+    Σ C / bandwidth (C_Learner = BS(E + 1) words, C_Actor = N_Actor·E, C_RM = BS; bytes)."""
+    e = traffic.experience_bytes
+    volumes = ((learner, traffic.batch_size * (e + WORD)), (actors, n_actors * e),
+               (rm, traffic.batch_size * WORD))
+    best, least = learner, math.inf
+    for place in (learner, actors, rm):
+        total = sum(volume / bandwidth(place, other) for other, volume in volumes)
+        if total < least:
+            best, least = place, total
+    return best
+
+
+# ---- the matrix from a modeled platform -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    capacity: int
+    fanout: int
+
+    @property
+    def depth(self) -> int:
+        return max(1, math.ceil(math.log(self.capacity, self.fanout) - 1e-12))
+
+    @property
+    def nodes(self) -> int:
+        return sum(self.fanout ** level for level in range(self.depth + 1))
+
+
+def weight_layers(graph: TaskGraph) -> int:
+    """PEARL's #layers (spec D.2 #3: weight layers): the trained weight layers' updates."""
+    return max(1, sum(n.pass_ is Pass.update for n in graph.nodes))
+
+
+def macs_per_sample(graph: TaskGraph, batch_size: int) -> float:
+    return sum(n.flops for n in graph.nodes if n.kind is Kind.matmul) / (2.0 * batch_size)
+
+
+def fpga_learner_cycles(macs: float, layers: int, batch_size: int, dsps: float) -> float:
+    """Eqs. (2) and (5): DP pipelines, each as many MACs per cycle as the DSPs it gets; the
+    stage time balanced, T_stage = ⌈#MAC·DP / #DSP⌉ ≥ 1 cycle (UF_s ≤ #MAC_s); DP the most
+    that still unrolls a whole pipeline (T_stage = 1), else 1 (spec D.2 #3)."""
+    dp = int(max(1, min(batch_size, dsps // max(macs, 1.0))))
+    t_stage = max(1.0, math.ceil(macs * dp / dsps))
+    return t_stage * (math.ceil(batch_size / dp) + 3 * (layers - 1))
+
+
+def fpga_rm_cycles(op: str, batch: int, tree: TreeShape) -> float:
+    """Eqs. (3)-(4) in cycles: sampling scans F children per level, update/insert one node."""
+    if op == "sample":
+        return 2 * tree.fanout * (batch + tree.depth)
+    return 2 * (batch + tree.depth)
+
+
+def roofline_rm_seconds(op: str, batch: int, tree: TreeShape, rate: float,
+                        mem_bandwidth: float, launch_s: float, experience_bytes: float) -> float:
+    """A batched tree walk on a CPU or GPU: sampling reads (and adds) F children per level
+    per request; an update reads and writes D ancestors; an insert is a retrieval, an update
+    and the experiences' write to Exp Memory. Memory-bound, as Fig. 1 has it."""
+    d, f = tree.depth, tree.fanout
+    if op == "sample":
+        flops, nbytes = 2.0 * batch * d * f, WORD * batch * d * f
+    else:
+        flops, nbytes = 2.0 * batch * d, 2 * WORD * batch * (d + 1)
+        if op == "insert":
+            nbytes += batch * experience_bytes
+    return launch_s + max(flops / rate, nbytes / mem_bandwidth)
+
+
+def tree_bytes(tree: TreeShape) -> float:
+    return float(WORD * tree.nodes)
+
+
+def modeled_matrix(platform, graph: TaskGraph, batch_size: int, insert_batch: int,
+                   tree: TreeShape, experience_bytes: float) -> PrimitiveMatrix:
+    """M from the platform model (see the module's docstring); co-location on a dataflow
+    device only where the tree and the Learner's weights, gradients and moments fit on chip
+    (`sram_bytes`), else that column is inf."""
+    names = platform.devices
+    rm = np.zeros((len(names), 3))
+    learner = np.zeros(len(names))
+    co_ok = np.ones(len(names), dtype=bool)
+    params = sum(n.param_bytes for n in graph.nodes if n.pass_ is Pass.update)
+    macs, layers = macs_per_sample(graph, batch_size), weight_layers(graph)
+    for k, name in enumerate(names):
+        spec = platform.specs[name]
+        rate = spec.rates.get(DType.float32) or max(spec.rates.values())
+        if spec.clock_hz:
+            dsps = rate / (2.0 * spec.clock_hz)  # the DSPs a design sustains at that rate
+            learner[k] = spec.launch_s + fpga_learner_cycles(macs, layers, batch_size,
+                                                             dsps) / spec.clock_hz
+            for o, op in enumerate(RM_OPS):
+                batch = insert_batch if op == "insert" else batch_size
+                rm[k, o] = spec.launch_s + fpga_rm_cycles(op, batch, tree) / spec.clock_hz
+            if spec.sram_bytes is not None:
+                co_ok[k] = tree_bytes(tree) + 4 * params <= spec.sram_bytes
+        else:
+            learner[k] = sum(platform.node_seconds(n, name, "float32") for n in graph.nodes)
+            for o, op in enumerate(RM_OPS):
+                batch = insert_batch if op == "insert" else batch_size
+                rm[k, o] = roofline_rm_seconds(op, batch, tree, rate, spec.mem_bandwidth,
+                                               spec.launch_s, experience_bytes)
+    rm_co = np.where(co_ok[:, None], rm, np.inf)
+    learner_co = np.where(co_ok, learner, np.inf)
+    return PrimitiveMatrix(list(names), rm, learner, rm_co, learner_co)
+
+
+def platform_transfer(platform) -> Transfer:
+    """Transfers between primitives on a modeled platform: the links, and `host_runtime_s`
+    between two primitives that both live on the host (the host runtime's queues)."""
+
+    def transfer(nbytes: float, src: str, dst: str) -> float:
+        if src == dst:
+            return platform.host_runtime_s if src == platform.host else 0.0
+        return platform.edge_seconds(nbytes, src, dst)
+
+    return transfer
+
+
+def platform_bandwidth(platform) -> Callable[[str, str], float]:
+    """Bytes/s between two devices for Algorithm 2's step 2: the device's memory within it,
+    the slowest link on the route across (a shared-memory link: the host's memory)."""
+
+    def bandwidth(a: str, b: str) -> float:
+        if a == b:
+            return platform.specs[a].mem_bandwidth
+        direct = [link for link in platform.links if set(link.between) == {a, b}]
+        if direct:
+            return direct[0].bandwidth
+        return min(bandwidth(a, platform.host), bandwidth(platform.host, b))
+
+    return bandwidth
+
+
+def experience_bytes(obs_dim: int, act_dim: int) -> float:
+    """E = (2|S| + |A| + 2) words: s, a, r, s', done (spec D.2 #9)."""
+    return float((2 * obs_dim + act_dim + 2) * WORD)
+
+
+class ComposerPartitioner:
+    """`partitioner=composer`: Algorithm 2 places the RM and the Learner (`compose`), then
+    the Learner's step goes whole onto the Learner's device (`partition`)."""
+
+    def __init__(self, fanout: int = 16, capacity: int | None = None,
+                 insert_batch: int | None = None, n_actors: int = 4) -> None:
+        self.fanout, self.capacity = fanout, capacity
+        self.insert_batch, self.n_actors = insert_batch, n_actors
+        self.composition: Composition | None = None
+
+    def traffic(self, batch_size: int, experience: float) -> Traffic:
+        return Traffic(batch_size, self.insert_batch or batch_size, experience)
+
+    def tree(self, buffer_size: int) -> TreeShape:
+        return TreeShape(self.capacity or buffer_size, self.fanout)
+
+    def compose(self, platform, graph: TaskGraph, batch_size: int, buffer_size: int,
+                experience: float) -> Composition:
+        traffic = self.traffic(batch_size, experience)
+        m = modeled_matrix(platform, graph, batch_size, traffic.insert_batch,
+                           self.tree(buffer_size), experience)
+        self.composition = compose(m, platform_transfer(platform), traffic, platform.host,
+                                   platform_bandwidth(platform), self.n_actors)
+        return self.composition
+
+    def compose_measured(self, costs: CostTable, batch_size: int,
+                         buffer_size: int, experience: float) -> Composition:
+        """Algorithm 2 on `platform=host`: the matrix measured on its devices, transfers
+        at the measured host-device copy rate (none within a device)."""
+        traffic = self.traffic(batch_size, experience)
+        m = measured_matrix(costs, self.tree(buffer_size), batch_size, traffic.insert_batch)
+        per_byte = 0.0
+        if len(m.devices) > 1:
+            from hetrl.platform.host import _copy_seconds_per_byte
+
+            per_byte = _copy_seconds_per_byte()
+
+        def transfer(nbytes: float, src: str, dst: str) -> float:
+            return 0.0 if src == dst else nbytes * per_byte
+
+        def bandwidth(a: str, b: str) -> float:
+            return math.inf if a == b or per_byte == 0 else 1.0 / per_byte
+
+        self.composition = compose(m, transfer, traffic, "cpu", bandwidth, self.n_actors,
+                                   measured=True)
+        return self.composition
+
+    def partition(self, costs: CostTable) -> Plan:
+        device = self.composition.assignment["Learner"] if self.composition else costs.devices[0]
+        plan = SinglePartitioner(device).partition(costs)
+        plan.method = f"composer:{device}"
+        return plan
+
+
+# ---- the matrix measured on this host -----------------------------------------------------
+
+
+class TorchTree:
+    """A k-ary sum tree in torch tensors (level order; children of n are F·n+1 … F·n+F), to
+    time the RM's three operations on a real device. Batched: each level one gather."""
+
+    def __init__(self, tree: TreeShape, device) -> None:
+        import torch
+
+        self.shape, self.device = tree, torch.device(device)
+        self.leaves = tree.fanout ** tree.depth
+        self.first_leaf = tree.nodes - self.leaves
+        self.values = torch.zeros(tree.nodes, dtype=torch.float64, device=self.device)
+        self.offsets = torch.arange(1, tree.fanout + 1, device=self.device)
+
+    def update(self, leaves, delta) -> None:
+        """Add `delta` to each leaf and every ancestor."""
+        nodes = leaves + self.first_leaf
+        for _ in range(self.shape.depth + 1):
+            self.values.index_add_(0, nodes, delta)
+            nodes = (nodes - 1).clamp(min=0) // self.shape.fanout
+
+    def sample(self, x):
+        """min{i : Σ_{j≤i} p_j ≥ x} per x, level by level (x ~ U[0, total))."""
+        import torch
+
+        nodes = torch.zeros(len(x), dtype=torch.long, device=self.device)
+        for _ in range(self.shape.depth):
+            children = nodes[:, None] * self.shape.fanout + self.offsets
+            sums = self.values[children].cumsum(1)
+            k = (sums < x[:, None]).sum(1).clamp(max=self.shape.fanout - 1)
+            x = x - torch.where(k > 0, sums.gather(1, (k - 1).clamp(min=0)[:, None])[:, 0], 0.0)
+            nodes = children.gather(1, k[:, None])[:, 0]
+        return nodes - self.first_leaf
+
+
+def measure_rm(tree: TreeShape, device: str, batch_size: int, insert_batch: int,
+               repeats: int = 20) -> np.ndarray:
+    """Seconds of the RM's sample, insert and update on a real device (the median of
+    `repeats`), on a tree filled with random priorities."""
+    import torch
+
+    t = TorchTree(tree, device)
+    t.update(torch.arange(min(tree.capacity, t.leaves), device=t.device),
+             torch.rand(min(tree.capacity, t.leaves), dtype=torch.float64, device=t.device))
+    sync = torch.cuda.synchronize if t.device.type == "cuda" else (lambda: None)
+
+    def timed(fn) -> float:
+        samples = []
+        for _ in range(repeats + 2):
+            sync()
+            start = perf_counter()
+            fn()
+            sync()
+            samples.append(perf_counter() - start)
+        return float(np.median(samples[2:]))
+
+    total = float(t.values[0])
+    idx = torch.randint(tree.capacity, (batch_size,), device=t.device)
+    ins = torch.randint(tree.capacity, (insert_batch,), device=t.device)
+    sample = timed(lambda: t.sample(torch.rand(batch_size, dtype=torch.float64,
+                                               device=t.device) * total))
+    insert = timed(lambda: t.update(ins, t.values[ins + t.first_leaf] * 0.0))
+    update = timed(lambda: t.update(idx, t.values[idx + t.first_leaf] * 0.0))
+    return np.array([sample, insert, update])
+
+
+def measured_matrix(costs: CostTable, tree: TreeShape, batch_size: int,
+                    insert_batch: int) -> PrimitiveMatrix:
+    """M on `platform=host`: the Learner's step as its nodes measured on each device sum,
+    the RM's operations timed on each device (co-located: the same, one device)."""
+    learner = np.asarray(costs.seconds, dtype=float).sum(axis=0)
+    rm = np.stack([measure_rm(tree, d, batch_size, insert_batch) for d in costs.devices])
+    return PrimitiveMatrix(list(costs.devices), rm, learner, rm.copy(), learner.copy())

@@ -1,0 +1,241 @@
+"""PEARL's training protocol (specs/ap-drl-pearl.md §B.2.3-B.2.5) on this host's cores.
+
+Actor workers (ActorQ's pools: OS processes with `actors=process`, Ray actors with
+`actors=ray`) step their envs `collect_steps` vector steps at a time and hand the chunk back;
+the host runtime (this loop) owns the replay (RM and Exp Memory). One iteration:
+
+1. collect: finished chunks go to the data collection buffer, not yet into the replay, and
+   their actors are sent off again (with the newest weights, if theirs are older);
+2. sample: the shared update step (`Updates.step`) samples a batch;
+3. insert: right after sampling, the whole collection buffer is inserted in one batch, on a
+   second thread, while the learner trains on the sampled batch;
+4. collision check: the priority update of every sampled slot that insertion overwrote is
+   dropped (`pearl/collisions`), so an old TD error never lands on a new experience;
+5. learn, then 6. publish the weights every `weight_sync_every` learner iterations as one
+   version-tagged message (an actor loads a whole version or none).
+
+Algorithm 1 (`dynamic_resources`) runs every `resource_every` iterations on the window's
+profiled times: when the learner dominates, half the actors stop being resubmitted and their
+cores go to the learner (torch threads); when host sync dominates, one goes back to acting.
+Every decision is reported with the EPS before and after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import Future, ThreadPoolExecutor
+from time import perf_counter
+
+import numpy as np
+import torch
+
+from hetrl.actors.pool import ActorPool
+from hetrl.actors.weights import publish
+from hetrl.actors.worker import Chunk
+from hetrl.algos.base import Batch, OffPolicyLearner
+from hetrl.config.enums import Agents
+from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
+from hetrl.scheduler.pearl_runtime import (
+    CollisionCheck,
+    ResourceManager,
+    Timings,
+    ring_slots,
+)
+from hetrl.scheduler.state import LoopState
+from hetrl.scheduler.updates import Updates
+
+ACTIONS = {"none": 0, "shrink_actors": 1, "grow_b": 2, "shrink_b": 3, "give_core_back": 4}
+PRIMITIVES = ("t_actor_s", "t_rm_sample_s", "t_rm_insert_s", "t_rm_update_s", "t_learner_s",
+              "t_sync_s")
+
+
+class PearlScheduler:
+    on_policy = False
+    actor_pool = True  # actors=process or actors=ray
+    agents = (Agents.single,)
+
+    def __init__(self, weight_sync_every: int = 10, collect_steps: int = 16,
+                 dynamic_resources: bool = True, resource_every: int = 200) -> None:
+        self.weight_sync_every, self.collect_steps = weight_sync_every, collect_steps
+        self.dynamic_resources, self.resource_every = dynamic_resources, resource_every
+
+    def run(self, t: Training, state: LoopState) -> dict[str, float]:
+        pool: ActorPool = t.actors  # type: ignore[assignment]  # validate() ensures it
+        learner: OffPolicyLearner = t.learner  # type: ignore[assignment]
+        replay = t.replay
+        n_envs = t.envs.num_envs
+        phase = state.phase_s
+        check = CollisionCheck()
+        manager = ResourceManager(pool.n, learner.batch_size)
+        active = set(range(pool.n))
+        events: list[dict[str, float]] = []
+        window = {"start": perf_counter(), "updates": state.updates, "actor_s": 0.0,
+                  "experiences": 0, "learner_s": phase.get("update", 0.0),
+                  "sync_s": phase.get("publish", 0.0)}
+        requested = state.step
+        version, payload, pulled = -1, b"", {}
+        buffer: list[Chunk] = []
+        iterations = 0
+
+        def primitives() -> dict[str, float]:
+            n = max(iterations, 1)
+            times = {"t_actor_s": phase.get("actor", 0.0), "t_rm_sample_s": phase.get("sample", 0.0),
+                     "t_rm_insert_s": phase.get("pearl_insert", 0.0),
+                     "t_rm_update_s": phase.get("priority_update", 0.0),
+                     "t_learner_s": phase.get("update", 0.0), "t_sync_s": phase.get("publish", 0.0)}
+            metrics = {f"pearl/{k}": v / n for k, v in times.items()}
+            metrics.update({"pearl/collisions": float(check.collisions),
+                            "pearl/iterations": float(iterations),
+                            "pearl/actors": float(len(active)),
+                            "pearl/learner_threads": float(torch.get_num_threads())})
+            return metrics
+
+        def report(step: int, metrics: dict[str, float]) -> None:
+            metrics = {**metrics, **primitives()}
+            metrics["env_steps_per_s"] = metrics["sps"]
+            t.report(step, metrics)
+
+        boundary = StepBoundary(dataclasses.replace(t, report=report), state)
+        updates = Updates(learner, replay, t.precision, state)
+
+        def submit(rank: int) -> None:
+            nonlocal requested, version, payload
+            steps = min(self.collect_steps, -(-(t.steps - requested) // n_envs))
+            if steps <= 0 or rank not in active:
+                return
+            if version < 0 or (learner.updates // self.weight_sync_every
+                               > version // self.weight_sync_every):
+                start = perf_counter()
+                payload = publish(learner.policy(), pool.spec, pool.quantize_on)
+                version = learner.updates
+                phase["publish"] = phase.get("publish", 0.0) + perf_counter() - start
+            pool.submit(rank, payload if pulled.get(rank) != version else None, steps, requested)
+            pulled[rank] = version
+            requested += steps * n_envs
+
+        def insert(chunks: list[Chunk]) -> None:
+            """The batched insertion of the collection buffer, recording the slots it wrote."""
+            start = perf_counter()
+            for chunk in chunks:
+                for i in range(len(chunk.obs)):
+                    pos = getattr(replay, "pos", None)
+                    replay.add(chunk.obs[i], chunk.actions[i], chunk.rewards[i],
+                               chunk.next_obs[i], chunk.terminated[i], chunk.truncated[i],
+                               stream=chunk.rank)
+                    if pos is not None:
+                        check.written(ring_slots(pos, len(chunk.obs[i]), replay.capacity))
+            phase["pearl_insert"] = phase.get("pearl_insert", 0.0) + perf_counter() - start
+
+        executor = ThreadPoolExecutor(1, thread_name_prefix="pearl-insert")
+        owed, pending_steps, learner_metrics = 0, 0, {}
+        try:
+            pool.start(learner, t.make_envs, t.seed)
+            for rank in range(pool.n):
+                submit(rank)
+            while state.step < t.steps or buffer:
+                # 1. collect into the data collection buffer; resubmit the finished actors
+                ready = len(replay) >= learner.batch_size and owed > 0
+                for chunk in pool.results(block=not ready and not buffer):
+                    buffer.append(chunk)
+                    state.record_episodes(chunk.returns)
+                    totals = state.actors.setdefault(chunk.rank, {})
+                    for name, value in chunk.stats.items():
+                        totals[name] = totals.get(name, 0.0) + value
+                    busy = chunk.stats.get("step_s", 0.0) + chunk.stats.get("env_s", 0.0)
+                    phase["actor"] = phase.get("actor", 0.0) + busy / max(len(active), 1)
+                    window["actor_s"] += busy
+                    window["experiences"] += int(chunk.stats["steps"])
+                    n = int(chunk.stats["steps"])
+                    owed += updates.owed(n)
+                    pending_steps += n
+                    submit(chunk.rank)
+                if len(replay) < learner.batch_size or owed == 0:
+                    insert(buffer)  # warm-up: nothing to learn from yet
+                    buffer = []
+                    boundary(pending_steps, state.obs, learner_metrics)
+                    pending_steps = 0
+                    continue
+                # 2-5. sample; insert concurrently with learning; collision check; learn
+                future: list[Future] = []
+
+                def after_sample(batch: Batch, future: list[Future] = future):
+                    nonlocal buffer
+                    check.sampled(batch.indices)
+                    if buffer:
+                        future.append(executor.submit(insert, buffer))
+                        buffer = []
+
+                    def keep(indices: np.ndarray, future: list[Future] = future) -> np.ndarray:
+                        for f in future:
+                            f.result()
+                        return check.keep(indices)
+
+                    return keep
+
+                learner_metrics = updates.step(after_sample)
+                for f in future:
+                    f.result()
+                owed -= 1
+                iterations += 1
+                if self.dynamic_resources and iterations % self.resource_every == 0:
+                    self._manage(manager, window, state, learner, active, events, submit, t)
+                boundary(pending_steps, state.obs, learner_metrics)
+                pending_steps = 0
+        finally:
+            executor.shutdown(wait=True)
+            pool.close()
+        if events and t.log_text is not None:
+            t.log_text(_table(events), "pearl/resource_decisions.csv")
+        results = loop_metrics(state, learner, learner_metrics)
+        results.update(primitives())
+        results["env_steps_per_s"] = results["sps"]
+        return results
+
+    def _manage(self, manager: ResourceManager, window: dict, state: LoopState,
+                learner: OffPolicyLearner, active: set[int], events: list, submit,
+                t: Training) -> None:
+        """Algorithm 1 on the last window's profiled times, applied to the actor pool and
+        the learner's threads; the EPS of the window before (and, at the next call, after)."""
+        now = perf_counter()
+        iterations = state.updates - window["updates"]
+        eps = learner.batch_size * iterations / max(now - window["start"], 1e-9)
+        if events and "eps_after" not in events[-1]:
+            events[-1]["eps_after"] = eps
+        learner_s = (state.phase_s.get("update", 0.0) - window["learner_s"]) / max(iterations, 1)
+        sync_s = (state.phase_s.get("publish", 0.0) - window["sync_s"]) / max(iterations, 1)
+        actor_s = window["actor_s"] / max(len(active), 1) / max(iterations, 1)
+        per_iteration = window["experiences"] / max(iterations, 1)
+        decision = manager.step(Timings(actor_s, learner_s, sync_s), int(per_iteration) or 1)
+        if decision.action in ("shrink_actors", "give_core_back"):
+            ranks = sorted(set(range(manager.actors + manager.cpu_trainers)))
+            keep = set(ranks[:decision.actors])
+            revived = keep - active
+            active.clear()
+            active.update(keep)
+            torch.set_num_threads(1 + decision.cpu_trainers)
+            for rank in revived:
+                submit(rank)
+        if decision.action != "none":
+            events.append({"step": float(state.step), "iteration": float(state.updates),
+                           "action": ACTIONS[decision.action], "actors": float(decision.actors),
+                           "learner_threads": float(1 + decision.cpu_trainers),
+                           "b": float(decision.b), "eps_before": eps})
+            t.report(state.step, {"pearl/decision": float(ACTIONS[decision.action]),
+                                  "pearl/decision_eps_before": eps,
+                                  "pearl/actors": float(decision.actors),
+                                  "pearl/learner_threads": float(1 + decision.cpu_trainers)})
+        window.update(start=now, updates=state.updates, actor_s=0.0, experiences=0,
+                      learner_s=state.phase_s.get("update", 0.0),
+                      sync_s=state.phase_s.get("publish", 0.0))
+
+
+def _table(events: list[dict[str, float]]) -> str:
+    keys = ["step", "iteration", "action", "actors", "learner_threads", "b", "eps_before",
+            "eps_after"]
+    names = {v: k for k, v in ACTIONS.items()}
+    rows = [",".join(keys)]
+    for e in events:
+        cells = [names[int(e["action"])] if k == "action" else f"{e.get(k, float('nan')):.6g}"
+                 for k in keys]
+        rows.append(",".join(cells))
+    return "\n".join(rows) + "\n"
