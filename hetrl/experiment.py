@@ -54,11 +54,11 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
     tracker: Tracker = instantiate(cfg.tracking)
     tracker.start(name, tags={**choices, "seed": str(cfg.seed)},
                   run_id=saved["run_id"] if saved else None)
+    log.info("%s", _start_line(cfg, name, out_dir, tracker, saved))
     try:
         with _stop_on_signals() as stop:
             if saved is None:
-                tracker.log_params(_flatten(OmegaConf.to_container(cfg, resolve=True,
-                                                                    enum_to_str=True)))
+                tracker.log_params(researcher_params(cfg))
             validate(cfg, choices)
             tracker.set_tags({"numerics_key": numerics_key(cfg),
                               "fp32_actors_key": fp32_actors_key(cfg),
@@ -74,7 +74,41 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
         tracker.end("FAILED")
         raise
     tracker.end("FINISHED")
+    log.info("%s", _end_summary(name, results, out_dir, tracker))
     return {**results, "run_id": tracker.run_id}
+
+
+SUMMARY = ("return_mean_100", "reward_error_pct", "ptq_reward_error_pct", "time_to_95pct_s",
+           "sps", "eps_host", "eps_platform", "updates")
+"""The final metrics the end summary names (those the run has)."""
+
+
+def _start_line(cfg: DictConfig, name: str, out_dir: Path, tracker: Tracker,
+                saved: dict[str, Any] | None) -> str:
+    """What the job is, where it writes and where to watch it: printed before anything else."""
+    budget = f"{cfg.steps:,} env steps"
+    if saved is not None:
+        budget += f", resuming at step {saved['loop'].step:,}"
+    if (starts := cfg.algo.get("learning_starts")) is not None:
+        budget += f", learning_starts {starts:,}"
+    where = getattr(tracker, "where", lambda: None)()
+    return f"{name}: {budget} → {_short(out_dir)}" + (f" | {where}" if where else "")
+
+
+def _short(path: Path) -> Path:
+    """`path` relative to the working directory when it is under it."""
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def _end_summary(name: str, results: Mapping[str, Any], out_dir: Path, tracker: Tracker) -> str:
+    """The final metrics, the checkpoint and where the run is."""
+    figures = ", ".join(f"{key} {results[key]:.4g}" for key in SUMMARY if key in results)
+    where = getattr(tracker, "where", lambda: None)()
+    return (f"{name} finished: {figures or 'no metrics'} | checkpoint "
+            f"{_short(out_dir / checkpoint.FILENAME)}" + (f" | {where}" if where else ""))
 
 
 def _train(
@@ -91,12 +125,13 @@ def _train(
     c = build(cfg)
     if saved is None:
         tracker.log_params({f"host.{k}": v for k, v in c.platform.describe().items()})
+        tracker.log_text(OmegaConf.to_yaml(cfg.platform, resolve=True), "platform.yaml")
         if c.step_plan is not None:
             _log_plan(tracker, c.step_plan, c.learner.batch_size, out_dir, name)
     state = _initial_state(c, saved, cfg.seed)
     save_checkpoint = partial(_save_checkpoint, out_dir / checkpoint.FILENAME, cfg, choices,
                               tracker, c)
-    progress = TrainingProgress(cfg.steps, state.step, name)
+    progress = TrainingProgress(cfg.steps, state.step, name, counter=lambda: state.step)
 
     def report(step: int, metrics: dict[str, float]) -> None:
         tracker.log_metrics(metrics, step)
@@ -189,6 +224,19 @@ def _stop_on_signals() -> Iterator[threading.Event]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+PLATFORM_TABLES = ("devices", "links", "baselines")
+"""A modeled platform's device, link and baseline tables: the platform.yaml artifact, not
+params (they would bury the few keys a researcher varies)."""
+
+
+def researcher_params(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config as params, less the platform's tables."""
+    tree = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    for key in PLATFORM_TABLES:
+        tree.get("platform", {}).pop(key, None)
+    return _flatten(tree)
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
