@@ -124,3 +124,25 @@ def test_the_terminal_and_mlflow_say_what_the_run_is_and_where(tmp_path, client,
                                                              str(tmp_path))))
     assert platform["devices"]["aie"]["rates"]["bfloat16"] == 7.7e12
     assert platform["links"][0]["between"] == ["ps", "pl"]
+
+
+def test_tracking_tensorboard_writes_scalars_readable_back(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from hetrl import experiment
+    from hetrl.options import compose_job
+
+    cfg, choices = compose_job(*QUICK, "tracking=tensorboard",
+                               f"tracking.logdir={tmp_path / 'tb'}")
+    result = experiment.run(cfg, choices, tmp_path)
+    (folder,) = (tmp_path / "tb").iterdir()
+    assert result["run_id"] == str(folder)
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0, "images": 0}).Reload()
+    assert [e.step for e in events.Scalars("sps")] == [300, 600, 900, 1200]
+    assert events.Scalars("return_mean_100")[-1].value == pytest.approx(
+        result["return_mean_100"])
+    assert "learning_curve" in events.Tags()["images"]
+    assert {"params", "tags", "config.yaml"} <= set(events.Tags()["tensors"]) | {
+        t.split("/")[0] for t in events.Tags()["tensors"]}
+    assert (folder / "artifacts" / "checkpoint.pt").exists()
+    assert (folder / "artifacts" / "learning_curve.png").exists()
