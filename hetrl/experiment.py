@@ -25,7 +25,7 @@ from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState
 from hetrl.seeding import rng_states, set_rng_states
 from hetrl.tracking.base import Tracker
-from hetrl.tracking.plots import gantt, learning_curve
+from hetrl.tracking.plots import device_labels, gantt, learning_curve
 from hetrl.tracking.reward_error import fp32_actors_key, numerics_key, reference_metrics
 from hetrl.validation import validate
 
@@ -66,6 +66,7 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
             results, state = _train(cfg, choices, out_dir, tracker, saved, stop, name)
             results.update(reference_metrics(cfg, choices, results, state.history,
                                              state.history_s, out_dir, tracker, train_twin=run))
+            _log_learning_curve(tracker, cfg, state, results, out_dir, name)
     except KeyboardInterrupt:
         tracker.end("KILLED")
         raise
@@ -127,7 +128,7 @@ def _train(
         tracker.log_params({f"host.{k}": v for k, v in c.platform.describe().items()})
         tracker.log_text(OmegaConf.to_yaml(cfg.platform, resolve=True), "platform.yaml")
         if c.step_plan is not None:
-            _log_plan(tracker, c.step_plan, c.learner.batch_size, out_dir, name)
+            _log_plan(tracker, c, out_dir, name)
     state = _initial_state(c, saved, cfg.seed)
     save_checkpoint = partial(_save_checkpoint, out_dir / checkpoint.FILENAME, cfg, choices,
                               tracker, c)
@@ -154,22 +155,37 @@ def _train(
         tracker.log_metrics(ptq, step=state.step)
         results.update(ptq)
     tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-    tracker.log_artifact(learning_curve(state.history, out_dir / "learning_curve.png", name))
     tracker.log_artifact(save_checkpoint(state))
     if c.step_plan is not None:
         results.update(c.step_plan.metrics(c.learner.batch_size))
     return results, state
 
 
-def _log_plan(tracker: Tracker, step_plan: StepPlan, batch_size: int, out_dir: Path,
-              name: str) -> None:
+def _log_plan(tracker: Tracker, c: Components, out_dir: Path, name: str) -> None:
     """The plan: its figures as metrics, the plan (with each node's cost per device) as JSON,
-    and, where there is more than one device, its schedule as a Gantt."""
-    tracker.log_metrics(step_plan.metrics(batch_size), step=0)
+    and, where there is more than one device, its schedule as a Gantt (devices named by what
+    they are, each node's dtype, the transfers)."""
+    step_plan = c.step_plan
+    tracker.log_metrics(step_plan.metrics(c.learner.batch_size), step=0)
     tracker.log_text(step_plan.to_json(), "plan.json")
     if len(step_plan.plan.devices) > 1:
-        tracker.log_artifact(gantt(step_plan.plan, step_plan.graph, out_dir / "plan_gantt.png",
-                                   name))
+        plan, graph = step_plan.plan, step_plan.graph
+        dtype_of = c.precision.dtype_chooser(c.platform)
+        dtypes = [dtype_of(node, plan.devices[k]) for node, k in zip(graph.nodes, plan.assignment)]
+        tracker.log_artifact(gantt(plan, graph, out_dir / "plan_gantt.png", name,
+                                   labels=device_labels(c.platform), dtypes=dtypes,
+                                   costs=step_plan.costs))
+
+
+def _log_learning_curve(tracker: Tracker, cfg: DictConfig, state: LoopState,
+                        results: Mapping[str, float], out_dir: Path, name: str) -> None:
+    """The learning curve, with `learning_starts` and the final return of its references."""
+    references = {label: results[key] for key, label in (
+        ("reward_reference", "fp32 reference, final return"),
+        ("reward_fp32_actors", "fp32 actors, final return")) if key in results}
+    tracker.log_artifact(learning_curve(state.history, out_dir / "learning_curve.png", name,
+                                        learning_starts=cfg.algo.get("learning_starts"),
+                                        references=references))
 
 
 def _initial_state(c: Components, saved: dict[str, Any] | None, seed: int) -> LoopState:
