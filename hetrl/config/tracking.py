@@ -18,7 +18,7 @@ class MlflowTrackingConfig:
     # set by the sweep callback for the jobs of a multirun
     parent_run_id: Optional[str] = II("oc.env:HETRL_PARENT_RUN_ID,null")
     # seconds between samples of MLflow's system metrics (CPU, memory, disk, network); 0: off
-    system_metrics_s: float = 10.0
+    system_metrics_s: float = MISSING
 
     def __post_init__(self) -> None:
         require(self.system_metrics_s >= 0, "tracking.system_metrics_s", self.system_metrics_s,

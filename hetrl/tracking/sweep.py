@@ -49,9 +49,10 @@ class MlflowSweep(Callback):
                   "mlflow.note.content": f"```\npython -m hetrl -m {' '.join(overrides)}\n```"},
         )
         self.parent_id = run.info.run_id
-        self.client.log_batch(self.parent_id, params=[
-            Param(key, value) for key, value in (o.lstrip("+~").split("=", 1)
-                                                 for o in overrides if "=" in o)])
+        # the last of a repeated key wins, as in Hydra
+        params = dict(o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
+        self.client.log_batch(self.parent_id, params=[Param(k, v[:6000])
+                                                      for k, v in params.items()])
         keys = [o.split("=", 1)[0].lstrip("+~") for o in config.hydra.overrides.task if "=" in o]
         self.keys = [k for k in keys if k not in CHOICE_TAGS and k != "tracking.uri"
                      and not k.startswith("hydra.")]
