@@ -19,7 +19,6 @@ from hetrl.build import Components, build
 from hetrl.envs.state import env_state, load_env_state
 from hetrl.evaluation import ptq_reward_error
 from hetrl.options import GROUPS, group_options
-from hetrl.partition.planning import StepPlan
 from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState

@@ -5,9 +5,9 @@ learning_starts and the fp32 reference's final return."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 import pytest
 from helpers import build_job
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from hetrl import experiment
 from hetrl.options import compose_job

@@ -82,13 +82,13 @@ def gantt(plan: Plan, graph: TaskGraph, path: Path, title: str,
                 linewidth=0.3, hatch=hatch[dtypes[i]] if mixed else None)
     transfers, transfer_s = 0, 0.0
     for e, edge in enumerate(graph.edges):
-        k, l = plan.assignment[edge.src], plan.assignment[edge.dst]
-        if k == l:
+        src, dst = plan.assignment[edge.src], plan.assignment[edge.dst]
+        if src == dst:
             continue
-        seconds = float(costs.comm[e, k, l]) if costs is not None else 0.0
+        seconds = float(costs.comm[e, src, dst]) if costs is not None else 0.0
         transfers, transfer_s = transfers + 1, transfer_s + seconds
         t0 = plan.finish[edge.src] * 1e6
-        ax.annotate("", xy=(t0 + seconds * 1e6, l), xytext=(t0, k),
+        ax.annotate("", xy=(t0 + seconds * 1e6, dst), xytext=(t0, src),
                     arrowprops={"arrowstyle": "->", "color": "dimgray", "linewidth": 0.8,
                                 "shrinkA": 0, "shrinkB": 0})
     ax.set_yticks(range(len(plan.devices)),
@@ -104,7 +104,8 @@ def gantt(plan: Plan, graph: TaskGraph, path: Path, title: str,
         handles += [Patch(facecolor="white", edgecolor="black", hatch=hatch[d],
                           label=f"dtype {d}") for d in distinct]
     elif distinct:
-        handles.append(Patch(facecolor="white", edgecolor="white", label=f"every node {distinct[0]}"))
+        handles.append(Patch(facecolor="white", edgecolor="white",
+                             label=f"every node {distinct[0]}"))
     handles.append(plt.Line2D([], [], color="dimgray", marker=">", markersize=4,
                               label=f"transfer ({transfers}, {transfer_s * 1e6:.1f} µs)"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
