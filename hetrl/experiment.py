@@ -20,13 +20,12 @@ from hetrl.build import Components, build
 from hetrl.envs.state import env_state, load_env_state
 from hetrl.evaluation import ptq_reward_error
 from hetrl.options import GROUPS, group_options
-from hetrl.partition.planning import StepPlan
 from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState
 from hetrl.seeding import rng_states, set_rng_states
 from hetrl.tracking.base import Tracker
-from hetrl.tracking.plots import eps_heatmap, gantt, learning_curve
+from hetrl.tracking.plots import device_labels, eps_heatmap, gantt, learning_curve
 from hetrl.tracking.reward_error import fp32_actors_key, numerics_key, reference_metrics
 from hetrl.validation import validate
 
@@ -55,11 +54,11 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
     tracker: Tracker = instantiate(cfg.tracking)
     tracker.start(name, tags={**choices, "seed": str(cfg.seed)},
                   run_id=saved["run_id"] if saved else None)
+    log.info("%s", _start_line(cfg, name, out_dir, tracker, saved))
     try:
         with _stop_on_signals() as stop:
             if saved is None:
-                tracker.log_params(_flatten(OmegaConf.to_container(cfg, resolve=True,
-                                                                    enum_to_str=True)))
+                tracker.log_params(researcher_params(cfg))
             validate(cfg, choices)
             tracker.set_tags({"numerics_key": numerics_key(cfg),
                               "fp32_actors_key": fp32_actors_key(cfg),
@@ -67,6 +66,7 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
             results, state = _train(cfg, choices, out_dir, tracker, saved, stop, name)
             results.update(reference_metrics(cfg, choices, results, state.history,
                                              state.history_s, out_dir, tracker, train_twin=run))
+            _log_learning_curve(tracker, cfg, state, results, out_dir, name)
     except KeyboardInterrupt:
         tracker.end("KILLED")
         raise
@@ -75,7 +75,41 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
         tracker.end("FAILED")
         raise
     tracker.end("FINISHED")
+    log.info("%s", _end_summary(name, results, out_dir, tracker))
     return {**results, "run_id": tracker.run_id}
+
+
+SUMMARY = ("return_mean_100", "reward_error_pct", "ptq_reward_error_pct", "time_to_95pct_s",
+           "sps", "eps_host", "eps_platform", "updates")
+"""The final metrics the end summary names (those the run has)."""
+
+
+def _start_line(cfg: DictConfig, name: str, out_dir: Path, tracker: Tracker,
+                saved: dict[str, Any] | None) -> str:
+    """What the job is, where it writes and where to watch it: printed before anything else."""
+    budget = f"{cfg.steps:,} env steps"
+    if saved is not None:
+        budget += f", resuming at step {saved['loop'].step:,}"
+    if (starts := cfg.algo.get("learning_starts")) is not None:
+        budget += f", learning_starts {starts:,}"
+    where = getattr(tracker, "where", lambda: None)()
+    return f"{name}: {budget} → {_short(out_dir)}" + (f" | {where}" if where else "")
+
+
+def _short(path: Path) -> Path:
+    """`path` relative to the working directory when it is under it."""
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def _end_summary(name: str, results: Mapping[str, Any], out_dir: Path, tracker: Tracker) -> str:
+    """The final metrics, the checkpoint and where the run is."""
+    figures = ", ".join(f"{key} {results[key]:.4g}" for key in SUMMARY if key in results)
+    where = getattr(tracker, "where", lambda: None)()
+    return (f"{name} finished: {figures or 'no metrics'} | checkpoint "
+            f"{_short(out_dir / checkpoint.FILENAME)}" + (f" | {where}" if where else ""))
 
 
 def _train(
@@ -92,12 +126,13 @@ def _train(
     c = build(cfg)
     if saved is None:
         tracker.log_params({f"host.{k}": v for k, v in c.platform.describe().items()})
+        tracker.log_text(OmegaConf.to_yaml(cfg.platform, resolve=True), "platform.yaml")
         if c.step_plan is not None:
-            _log_plan(tracker, c.step_plan, c.learner.batch_size, out_dir, name)
+            _log_plan(tracker, c, out_dir, name)
     state = _initial_state(c, saved, cfg.seed)
     save_checkpoint = partial(_save_checkpoint, out_dir / checkpoint.FILENAME, cfg, choices,
                               tracker, c)
-    progress = TrainingProgress(cfg.steps, state.step, name)
+    progress = TrainingProgress(cfg.steps, state.step, name, counter=lambda: state.step)
 
     def report(step: int, metrics: dict[str, float]) -> None:
         tracker.log_metrics(metrics, step)
@@ -120,22 +155,26 @@ def _train(
         tracker.log_metrics(ptq, step=state.step)
         results.update(ptq)
     tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-    tracker.log_artifact(learning_curve(state.history, out_dir / "learning_curve.png", name))
     tracker.log_artifact(save_checkpoint(state))
     if c.step_plan is not None:
         results.update(c.step_plan.metrics(c.learner.batch_size))
     return results, state
 
 
-def _log_plan(tracker: Tracker, step_plan: StepPlan, batch_size: int, out_dir: Path,
-              name: str) -> None:
+def _log_plan(tracker: Tracker, c: Components, out_dir: Path, name: str) -> None:
     """The plan: its figures as metrics, the plan (with each node's cost per device) as JSON,
-    and, where there is more than one device, its schedule as a Gantt."""
-    tracker.log_metrics(step_plan.metrics(batch_size), step=0)
+    and, where there is more than one device, its schedule as a Gantt (devices named by what
+    they are, each node's dtype, the transfers)."""
+    step_plan = c.step_plan
+    tracker.log_metrics(step_plan.metrics(c.learner.batch_size), step=0)
     tracker.log_text(step_plan.to_json(), "plan.json")
     if len(step_plan.plan.devices) > 1:
-        tracker.log_artifact(gantt(step_plan.plan, step_plan.graph, out_dir / "plan_gantt.png",
-                                   name))
+        plan, graph = step_plan.plan, step_plan.graph
+        dtype_of = c.precision.dtype_chooser(c.platform)
+        dtypes = [dtype_of(node, plan.devices[k]) for node, k in zip(graph.nodes, plan.assignment)]
+        tracker.log_artifact(gantt(plan, graph, out_dir / "plan_gantt.png", name,
+                                   labels=device_labels(c.platform), dtypes=dtypes,
+                                   costs=step_plan.costs))
     if (composition := step_plan.composition) is not None:  # partitioner=composer (PEARL)
         tracker.log_text(composition.to_json(), "composer/mapping.json")
         tracker.log_text(composition.table(), "composer/eps_platform.csv")
@@ -144,6 +183,17 @@ def _log_plan(tracker: Tracker, step_plan: StepPlan, batch_size: int, out_dir: P
             composition.grid(), composition.matrix.devices,
             (composition.assignment["RM"], composition.assignment["Learner"]),
             out_dir / "composer_eps.png", name, composition.measured))
+
+
+def _log_learning_curve(tracker: Tracker, cfg: DictConfig, state: LoopState,
+                        results: Mapping[str, float], out_dir: Path, name: str) -> None:
+    """The learning curve, with `learning_starts` and the final return of its references."""
+    references = {label: results[key] for key, label in (
+        ("reward_reference", "fp32 reference, final return"),
+        ("reward_fp32_actors", "fp32 actors, final return")) if key in results}
+    tracker.log_artifact(learning_curve(state.history, out_dir / "learning_curve.png", name,
+                                        learning_starts=cfg.algo.get("learning_starts"),
+                                        references=references))
 
 
 def _initial_state(c: Components, saved: dict[str, Any] | None, seed: int) -> LoopState:
@@ -198,6 +248,19 @@ def _stop_on_signals() -> Iterator[threading.Event]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+PLATFORM_TABLES = ("devices", "links", "baselines")
+"""A modeled platform's device, link and baseline tables: the platform.yaml artifact, not
+params (they would bury the few keys a researcher varies)."""
+
+
+def researcher_params(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config as params, less the platform's tables."""
+    tree = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    for key in PLATFORM_TABLES:
+        tree.get("platform", {}).pop(key, None)
+    return _flatten(tree)
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

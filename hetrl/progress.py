@@ -1,44 +1,117 @@
-"""Progress of a training loop: a rich bar on a terminal, plain log lines elsewhere."""
+"""Progress of a training loop: a rich bar on a terminal that moves every second, and a log
+line every `log_every` env steps, in the job's log file whether or not the bar is shown.
+
+The loop pays nothing for the bar: rich's own refresh thread reads the loop's step counter
+(`counter`, e.g. `lambda: state.step`) when it redraws; the loop only hands over its metrics
+when it logs them.
+"""
 
 from __future__ import annotations
 
 import logging
-from typing import Mapping
+import sys
+from typing import Callable, Mapping
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 log = logging.getLogger("hetrl")
 
+REFRESH_PER_SECOND = 2
+
+
+class _CountedProgress(Progress):
+    """A Progress whose task follows a counter, read at every refresh (not by the loop)."""
+
+    def __init__(self, *columns, counter: Callable[[], int], **kwargs) -> None:
+        self.counter = counter
+        self.task_id = None
+        super().__init__(*columns, **kwargs)
+
+    def get_renderables(self):
+        if self.task_id is not None:
+            self.update(self.task_id, completed=self.counter())
+        yield from super().get_renderables()
+
+
+class _NotProgress(logging.Filter):
+    """Keeps the progress lines off the terminal while the bar shows them (the log file
+    still gets them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(record, "progress", False)
+
 
 class TrainingProgress:
-    def __init__(self, total: int, start: int, title: str) -> None:
+    def __init__(self, total: int, start: int, title: str,
+                 counter: Callable[[], int] | None = None, console: Console | None = None
+                 ) -> None:
         self.total = total
         self.title = title
-        console = Console(stderr=True)
-        self.bar: Progress | None = None
+        self.step = start
+        console = console or Console(stderr=True)
+        self.bar: _CountedProgress | None = None
+        self._handlers: list[tuple[logging.StreamHandler, object]] = []
+        self._filter = _NotProgress()
         if console.is_terminal:
-            self.bar = Progress(
+            self.bar = _CountedProgress(
                 TextColumn("[bold]{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("return {task.fields[ret]}  sps {task.fields[sps]}"),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
                 TimeRemainingColumn(),
                 console=console,
+                counter=counter or (lambda: self.step),
+                refresh_per_second=REFRESH_PER_SECOND,
             )
-            self.task = self.bar.add_task(title, total=total, completed=start, ret="-", sps="-")
+            self.bar.task_id = self.bar.add_task(title, total=total, completed=start,
+                                                 ret="-", sps="-")
             self.bar.start()
+            self._route_console_logs()
+
+    def _route_console_logs(self) -> None:
+        """Log lines meant for the terminal print above the bar (through rich's redirected
+        stdout/stderr) instead of under it; progress lines stay in the log files only."""
+        seen = set()
+        for logger in (logging.getLogger(), log):
+            for handler in logger.handlers:
+                if (type(handler) is not logging.StreamHandler or id(handler) in seen
+                        or handler.stream not in (sys.__stdout__, sys.__stderr__)):
+                    continue
+                seen.add(id(handler))
+                previous = handler.stream
+                proxy = sys.stdout if previous is sys.__stdout__ else sys.stderr
+                if proxy is not previous:
+                    handler.setStream(proxy)
+                handler.addFilter(self._filter)
+                self._handlers.append((handler, previous))
 
     def update(self, step: int, metrics: Mapping[str, float]) -> None:
+        """At a log step: the bar's figures, and a line for the log."""
+        self.step = step
         ret = metrics.get("return_mean_100")
         ret_text = "-" if ret is None else f"{ret:.1f}"
         sps = f"{metrics.get('sps', 0.0):.0f}"
         if self.bar is not None:
-            self.bar.update(self.task, completed=step, ret=ret_text, sps=sps)
-        else:
-            log.info("%s step %d/%d return_mean_100 %s sps %s", self.title, step, self.total,
-                     ret_text, sps)
+            self.bar.update(self.bar.task_id, completed=step, ret=ret_text, sps=sps)
+        log.info("%s step %d/%d return_mean_100 %s sps %s", self.title, step, self.total,
+                 ret_text, sps, extra={"progress": self.bar is not None})
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
+            self.bar = None
+        for handler, stream in self._handlers:
+            handler.removeFilter(self._filter)
+            if handler.stream is not stream:
+                handler.setStream(stream)
+        self._handlers = []

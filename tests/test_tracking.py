@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
+import yaml
 from helpers import hetrl_cli, mlflow_runs, run_job
 
 QUICK = ("algo=dqn", "env=cartpole", "steps=1200", "algo.learning_starts=200", "algo.train_freq=4",
@@ -62,6 +65,13 @@ def test_a_sweep_across_action_spaces_is_one_parent_with_children(tmp_path, clie
     assert {"summary.csv", "summary.md"} <= artifacts
     summary = open(client.download_artifacts(parent_id, "summary.md", str(tmp_path))).read()
     assert "2 jobs: 2 finished, 0 failed" in summary and "pendulum" in summary
+    # the parent is named after what it sweeps and holds the sweep's overrides as params;
+    # each child's description is the command that reproduces it
+    assert parents[0].info.run_name == "sweep algo=dqn,ddpg"
+    assert parents[0].data.params["algo"] == "dqn,ddpg"
+    assert parents[0].data.params["algo.hidden"] == "[32]"
+    notes = sorted(c.data.tags["mlflow.note.content"] for c in children)
+    assert "python -m hetrl" in notes[0] and "algo=ddpg" in notes[0] and "algo=dqn" in notes[1]
 
 
 def test_a_failing_job_does_not_stop_the_sweep_and_is_counted(tmp_path, client):
@@ -74,3 +84,65 @@ def test_a_failing_job_does_not_stop_the_sweep_and_is_counted(tmp_path, client):
     assert parent.info.status == "FAILED"
     summary = open(client.download_artifacts(parent.info.run_id, "summary.md", str(tmp_path))).read()
     assert "2 jobs: 1 finished, 1 failed" in summary
+
+
+def test_the_terminal_and_mlflow_say_what_the_run_is_and_where(tmp_path, client, caplog):
+    """Start line and end summary; MLflow's system tags, description and system metrics;
+    the platform's tables as platform.yaml, not as params."""
+    with caplog.at_level(logging.INFO, logger="hetrl"):
+        result = run_job(tmp_path, *QUICK, "platform=versal", "partitioner=heft",
+                         "tracking.system_metrics_s=0.5")
+    (run,) = mlflow_runs(tmp_path)
+    run_id, experiment_id = run.info.run_id, run.info.experiment_id
+    lines = [r.getMessage() for r in caplog.records if r.name == "hetrl"]
+    url = f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{run_id}"
+    start, end = lines[0], lines[-1]
+    for part in ("dqn-cartpole-versal-fp32-s0", "1,200 env steps", "learning_starts 200",
+                 "job0", run_id, url, "mlflow ui --backend-store-uri sqlite:///"):
+        assert part in start, (part, start)
+    assert "finished: return_mean_100" in end and "checkpoint.pt" in end and url in end
+    assert f"{result['return_mean_100']:.4g}" in end
+
+    tags = run.data.tags
+    assert tags["mlflow.user"] and tags["mlflow.source.name"] == "python -m hetrl"
+    assert tags["mlflow.source.type"] == "LOCAL"
+    assert len(tags["mlflow.source.git.commit"]) == 40 and len(tags["config.git.commit"]) == 40
+    assert tags["mlflow.source.git.dirty"] in ("true", "false")
+    assert "dqn-cartpole-versal-fp32-s0" in tags["mlflow.note.content"]  # and its command
+    experiment_ = client.get_experiment(experiment_id)
+    assert experiment_.tags["mlflow.experimentKind"] == "custom_model_development"
+
+    assert any(k.startswith("system/cpu_utilization") for k in run.data.metrics)
+    assert any(k.startswith("system/system_memory_usage") for k in run.data.metrics)
+
+    params = run.data.params
+    assert not [k for k in params if k.startswith(("platform.devices", "platform.links",
+                                                   "platform.baselines"))]
+    assert params["platform.host"] == "ps" and params["algo.lr"] == "0.0023"
+    assert len(params) < 70
+    platform = yaml.safe_load(open(client.download_artifacts(run_id, "platform.yaml",
+                                                             str(tmp_path))))
+    assert platform["devices"]["aie"]["rates"]["bfloat16"] == 7.7e12
+    assert platform["links"][0]["between"] == ["ps", "pl"]
+
+
+def test_tracking_tensorboard_writes_scalars_readable_back(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from hetrl import experiment
+    from hetrl.options import compose_job
+
+    cfg, choices = compose_job(*QUICK, "tracking=tensorboard",
+                               f"tracking.logdir={tmp_path / 'tb'}")
+    result = experiment.run(cfg, choices, tmp_path)
+    (folder,) = (tmp_path / "tb").iterdir()
+    assert result["run_id"] == str(folder)
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0, "images": 0}).Reload()
+    assert [e.step for e in events.Scalars("sps")] == [300, 600, 900, 1200]
+    assert events.Scalars("return_mean_100")[-1].value == pytest.approx(
+        result["return_mean_100"])
+    assert "learning_curve" in events.Tags()["images"]
+    assert {"params", "tags", "config.yaml"} <= set(events.Tags()["tensors"]) | {
+        t.split("/")[0] for t in events.Tags()["tensors"]}
+    assert (folder / "artifacts" / "checkpoint.pt").exists()
+    assert (folder / "artifacts" / "learning_curve.png").exists()

@@ -44,6 +44,7 @@ class DeviceSpec:
     """
 
     kind: str = MISSING
+    label: Optional[str] = None  # what it is, for pictures ("AI Engine"); default: from kind
     rates: dict[DType, float] = MISSING  # FLOP/s
     native: list[DType] = MISSING  # dtypes computed without emulation
     peak: dict[DType, float] = field(default_factory=dict)  # FLOP/s, reference only

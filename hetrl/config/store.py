@@ -38,7 +38,11 @@ from hetrl.config.replay import (
 )
 from hetrl.config.run import RunConfig
 from hetrl.config.scheduler import PearlSchedulerConfig, SchedulerConfig
-from hetrl.config.tracking import MlflowTrackingConfig, NullTrackingConfig
+from hetrl.config.tracking import (
+    MlflowTrackingConfig,
+    NullTrackingConfig,
+    TensorboardTrackingConfig,
+)
 
 SCHEMAS: dict[str, dict[str, type]] = {
     "env": {"gymnasium": EnvConfig, "mpe": MpeEnvConfig},
@@ -56,7 +60,8 @@ SCHEMAS: dict[str, dict[str, type]] = {
                        "prioritized": PrioritizedSamplerConfig,
                        "prioritized_locality": PrioritizedLocalitySamplerConfig},
     "actors": {"local": ActorsConfig, "process": ProcessActorsConfig, "ray": RayActorsConfig},
-    "tracking": {"mlflow": MlflowTrackingConfig, "none": NullTrackingConfig},
+    "tracking": {"mlflow": MlflowTrackingConfig, "tensorboard": TensorboardTrackingConfig,
+                 "none": NullTrackingConfig},
 }
 """group -> schema name -> dataclass; an option's YAML names its schema as
 `/schema/<group>/<name>` in its defaults list (`run_schema` is conf/config.yaml's)."""

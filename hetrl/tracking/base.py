@@ -1,4 +1,5 @@
-"""The tracker interface, and the tracker that records nothing (`tracking=none`)."""
+"""The tracker interface (MLflow, TensorBoard), and the tracker that records nothing
+(`tracking=none`)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ class Tracker(Protocol):
 
     def end(self, status: str) -> None:
         """Close the run as FINISHED, FAILED or KILLED."""
+
+    def where(self) -> str | None:
+        """Where to look at the run (a UI's URL, a folder), for the terminal; None: nowhere."""
 
 
 class NullTracker:
@@ -60,3 +64,6 @@ class NullTracker:
 
     def end(self, status: str) -> None:
         pass
+
+    def where(self) -> str | None:
+        return None

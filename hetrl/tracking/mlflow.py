@@ -1,7 +1,9 @@
-"""MLflow tracking through an explicit client: one job is one run."""
+"""MLflow tracking through an explicit client: one job is one run, with MLflow's system tags
+(user, source, git commit, description) and system metrics (CPU, memory, disk, network)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -14,7 +16,15 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME  # noqa: E402
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH  # noqa: E402
 
+from hetrl.tracking.metadata import system_tags  # noqa: E402
+
 _BATCH = 100  # MLflow's limit of params per log_batch call
+EXPERIMENT_KIND = "mlflow.experimentKind"
+"""MLflow 3's experiment type: `custom_model_development` opens an experiment on its runs
+table, not on the GenAI (traces) pages."""
+UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+
+log = logging.getLogger("hetrl")
 
 
 def client_for(uri: str, experiment: str) -> tuple[MlflowClient, str]:
@@ -31,26 +41,67 @@ def client_for(uri: str, experiment: str) -> tuple[MlflowClient, str]:
     client = MlflowClient(tracking_uri=uri)
     found = client.get_experiment_by_name(experiment)
     if found is not None:
+        if EXPERIMENT_KIND not in found.tags:
+            client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND,
+                                      "custom_model_development")
         return client, found.experiment_id
-    return client, client.create_experiment(experiment, artifact_location=artifact_location)
+    return client, client.create_experiment(
+        experiment, artifact_location=artifact_location,
+        tags={EXPERIMENT_KIND: "custom_model_development"})
+
+
+def ui_url(uri: str, experiment_id: str, run_id: str | None = None) -> str:
+    """Where a run (or the experiment's runs table) is in the UI, and the command that serves
+    it for a local store."""
+    page = f"{UI}/#/experiments/{experiment_id}/runs" + (f"/{run_id}" if run_id else "")
+    if uri.startswith(("http://", "https://")):
+        return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs" + (
+            f"/{run_id}" if run_id else "")
+    return f"{page}  (serve it: mlflow ui --backend-store-uri {uri})"
 
 
 class MlflowTracker:
-    def __init__(self, uri: str, experiment: str, parent_run_id: str | None = None) -> None:
+    def __init__(self, uri: str, experiment: str, parent_run_id: str | None = None,
+                 system_metrics_s: float = 10.0) -> None:
+        self.uri = uri
         self.client, self.experiment_id = client_for(uri, experiment)
         self.parent_run_id = parent_run_id
+        self.system_metrics_s = system_metrics_s
         self.run_id: str | None = None
+        self._monitor = None
 
     def start(self, name: str, tags: Mapping[str, str], run_id: str | None = None) -> None:
         if run_id is not None:  # resume: the same run goes on
             self.client.update_run(run_id, status="RUNNING")
             self.run_id = run_id
+        else:
+            tags = {MLFLOW_RUN_NAME: name, **system_tags(name), **tags}
+            if self.parent_run_id:
+                tags[MLFLOW_PARENT_RUN_ID] = self.parent_run_id
+            run = self.client.create_run(self.experiment_id, run_name=name, tags=dict(tags))
+            self.run_id = run.info.run_id
+        self._start_system_metrics(resume=run_id is not None)
+
+    def _start_system_metrics(self, resume: bool) -> None:
+        """MLflow's own monitor (psutil) logs `system/*` every `system_metrics_s` seconds
+        into this run; 0 turns it off."""
+        if not self.system_metrics_s:
             return
-        tags = {MLFLOW_RUN_NAME: name, **tags}
-        if self.parent_run_id:
-            tags[MLFLOW_PARENT_RUN_ID] = self.parent_run_id
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=dict(tags))
-        self.run_id = run.info.run_id
+        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
+        try:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            self._monitor = SystemMetricsMonitor(
+                self.run_id, sampling_interval=self.system_metrics_s, resume_logging=resume,
+                tracking_uri=self.uri)
+        except Exception as error:  # noqa: BLE001 - psutil missing: train without them
+            log.warning("no system metrics: %s", error)
+            return
+        self._monitor.start()
+
+    def where(self) -> str:
+        """The run in the UI (the start line and the end summary print it)."""
+        return f"MLflow run {self.run_id}: {ui_url(self.uri, self.experiment_id, self.run_id)}"
 
     def log_params(self, params: Mapping[str, object]) -> None:
         items = [Param(k, str(v)[:MAX_PARAM_VAL_LENGTH]) for k, v in params.items()]
@@ -81,4 +132,7 @@ class MlflowTracker:
         self.client.log_text(self.run_id, text, name)
 
     def end(self, status: str) -> None:
+        if self._monitor is not None:
+            self._monitor.finish()
+            self._monitor = None
         self.client.set_terminated(self.run_id, status=status)

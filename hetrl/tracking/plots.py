@@ -1,50 +1,117 @@
-"""Pictures logged with a run."""
+"""Pictures logged with a run: the learning curve and the plan's schedule."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping, Sequence
 
 import matplotlib
 import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
-from hetrl.partition.costs import Plan  # noqa: E402
+from hetrl.partition.costs import CostTable, Plan  # noqa: E402
 from hetrl.partition.graph import TaskGraph  # noqa: E402
 
+KIND_LABELS = {"cpu": "CPU", "gpu": "GPU", "cuda": "GPU", "fpga": "FPGA", "aie": "AI Engine",
+               "dsp": "DSP", "npu": "NPU", "tpu": "TPU"}
+"""What a device `kind` (or a host's torch device type) is called in a picture."""
 
-def learning_curve(history: list[tuple[int, float]], path: Path, title: str) -> Path:
-    """return_mean_100 over env steps, as a PNG."""
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+NODE_COLORS = {"matmul": "tab:blue", "elementwise": "tab:orange", "loss": "tab:red",
+               "optimizer": "tab:green"}
+DTYPE_HATCHES = ["", "////", "xxxx", "....", "\\\\\\\\", "++"]
+
+
+def device_labels(platform: object) -> dict[str, str]:
+    """Each device's name in a picture: the platform YAML's `label`, else what its `kind` is
+    called, with the device's own name (`FPGA fabric (PL) [pl]`, `GPU [gpu]`)."""
+    specs = getattr(platform, "specs", None)
+    if not specs:  # the host: its torch devices, measured
+        return {"cpu": "CPU [this host]", "cuda": "GPU [this host]"}
+    labels = {}
+    for name, spec in specs.items():
+        kind = str(getattr(spec, "kind", "") or "")
+        label = getattr(spec, "label", None) or KIND_LABELS.get(kind.lower(), kind.upper())
+        labels[name] = f"{label} [{name}]"
+    return labels
+
+
+def learning_curve(history: list[tuple[int, float]], path: Path, title: str,
+                   learning_starts: int | None = None,
+                   references: Mapping[str, float] | None = None) -> Path:
+    """return_mean_100 over env steps, as a PNG; a vertical line where learning starts and a
+    horizontal one at each reference's final return (the fp32 reference run, fp32 actors)."""
+    fig, ax = plt.subplots(figsize=(7.5, 3.8), dpi=100)
     if history:
         steps, returns = zip(*history)
-        ax.plot(steps, returns)
+        ax.plot(steps, returns, color="tab:blue", label="return_mean_100")
+    if learning_starts:
+        ax.axvline(learning_starts, color="tab:gray", linestyle="--", linewidth=1,
+                   label=f"learning_starts = {learning_starts:,}")
+    for (label, value), color in zip((references or {}).items(), ("tab:red", "tab:purple")):
+        ax.axhline(value, color=color, linestyle=":", linewidth=1.5,
+                   label=f"{label}: {value:.4g}")
+    ax.margins(y=0.08)
     ax.set_xlabel("environment steps")
     ax.set_ylabel("return (mean of last 100 episodes)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
-def gantt(plan: Plan, graph: TaskGraph, path: Path, title: str) -> Path:
-    """The modeled schedule of one training step: a row per device, a bar per node."""
-    colors = {"matmul": "tab:blue", "elementwise": "tab:orange", "loss": "tab:red",
-              "optimizer": "tab:green"}
-    fig, ax = plt.subplots(figsize=(8, 1 + 0.6 * len(plan.devices)), dpi=100)
-    for node, k, start, finish in zip(graph.nodes, plan.assignment, plan.start, plan.finish):
-        ax.barh(k, (finish - start) * 1e6, left=start * 1e6, color=colors[node.kind.value],
-                edgecolor="black", linewidth=0.3)
-    ax.set_yticks(range(len(plan.devices)), plan.devices)
-    ax.set_xlabel("modeled time (µs)")
-    ax.set_title(f"{title}: {plan.method}, step {plan.makespan * 1e6:.1f} µs (modeled)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
-    ax.legend(handles, colors.keys(), loc="upper right", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
+def gantt(plan: Plan, graph: TaskGraph, path: Path, title: str,
+          labels: Mapping[str, str] | None = None, dtypes: Sequence[str] | None = None,
+          costs: CostTable | None = None) -> Path:
+    """The schedule of one training step: a row per device (named by what it is), a bar per
+    node coloured by its kind and hatched by its dtype where the plan mixes dtypes, an arrow
+    per transfer between devices (its modeled or measured time), the legend beside the rows."""
+    labels = labels or {}
+    fig, ax = plt.subplots(figsize=(10, 1.4 + 0.7 * len(plan.devices)), dpi=110)
+    distinct = sorted(set(dtypes or ()))
+    hatch = {d: DTYPE_HATCHES[i % len(DTYPE_HATCHES)] for i, d in enumerate(distinct)}
+    mixed = len(distinct) > 1
+    for i, (node, k, start, finish) in enumerate(zip(graph.nodes, plan.assignment, plan.start,
+                                                     plan.finish)):
+        ax.barh(k, (finish - start) * 1e6, left=start * 1e6, height=0.6,
+                color=NODE_COLORS.get(node.kind.value, "tab:gray"), edgecolor="black",
+                linewidth=0.3, hatch=hatch[dtypes[i]] if mixed else None)
+    transfers, transfer_s = 0, 0.0
+    for e, edge in enumerate(graph.edges):
+        src, dst = plan.assignment[edge.src], plan.assignment[edge.dst]
+        if src == dst:
+            continue
+        seconds = float(costs.comm[e, src, dst]) if costs is not None else 0.0
+        transfers, transfer_s = transfers + 1, transfer_s + seconds
+        t0 = plan.finish[edge.src] * 1e6
+        ax.annotate("", xy=(t0 + seconds * 1e6, dst), xytext=(t0, src),
+                    arrowprops={"arrowstyle": "->", "color": "dimgray", "linewidth": 0.8,
+                                "shrinkA": 0, "shrinkB": 0})
+    ax.set_yticks(range(len(plan.devices)),
+                  [labels.get(d, d) for d in plan.devices])
+    ax.set_ylim(-0.6, len(plan.devices) - 0.4)
+    ax.invert_yaxis()
+    ax.set_xlabel("time within one training step (µs)")
+    ax.set_title(f"{title}: {plan.method}, step {plan.makespan * 1e6:.1f} µs")
+    ax.grid(axis="x", alpha=0.3)
+    handles = [Patch(facecolor=c, edgecolor="black", label=f"{kind} node")
+               for kind, c in NODE_COLORS.items()]
+    if mixed:
+        handles += [Patch(facecolor="white", edgecolor="black", hatch=hatch[d],
+                          label=f"dtype {d}") for d in distinct]
+    elif distinct:
+        handles.append(Patch(facecolor="white", edgecolor="white",
+                             label=f"every node {distinct[0]}"))
+    handles.append(plt.Line2D([], [], color="dimgray", marker=">", markersize=4,
+                              label=f"transfer ({transfers}, {transfer_s * 1e6:.1f} µs)"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
+              frameon=False)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
 

@@ -35,17 +35,24 @@ class MlflowSweep(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if self.uri is None:  # tracking=none
             return
+        from mlflow.entities import Param
+
         from hetrl.tracking.mlflow import client_for
 
         self.client, experiment_id = client_for(self.uri, self.experiment)
         sweep_dir = str(config.hydra.sweep.dir)
+        overrides = list(config.hydra.overrides.task)
         run = self.client.create_run(
             experiment_id,
-            run_name=f"sweep-{Path(sweep_dir).name}",
-            tags={"sweep": "true", "sweep_dir": sweep_dir,
-                  "overrides": " ".join(config.hydra.overrides.task)},
+            run_name=sweep_name(overrides, Path(sweep_dir).name),
+            tags={"sweep": "true", "sweep_dir": sweep_dir, "overrides": " ".join(overrides),
+                  "mlflow.note.content": f"```\npython -m hetrl -m {' '.join(overrides)}\n```"},
         )
         self.parent_id = run.info.run_id
+        # the last of a repeated key wins, as in Hydra
+        params = dict(o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
+        self.client.log_batch(self.parent_id, params=[Param(k, v[:6000])
+                                                      for k, v in params.items()])
         keys = [o.split("=", 1)[0].lstrip("+~") for o in config.hydra.overrides.task if "=" in o]
         self.keys = [k for k in keys if k not in CHOICE_TAGS and k != "tracking.uri"
                      and not k.startswith("hydra.")]
@@ -139,6 +146,19 @@ def platform_portability(children: list, keys: list[str]) -> tuple[str, dict[str
         rows.append(f'"{setting}",{"|".join(sorted(best))},{phi:.6g}')
         phis["phi_p" if len(groups) == 1 else f"phi_p/{k}"] = phi
     return "\n".join(rows) + "\n", phis
+
+
+def sweep_name(overrides: list[str], fallback: str) -> str:
+    """The parent's name: what the sweep sweeps (`sweep algo=dqn,ddpg seed=0,1,2`)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        swept = [o.input_line for o in parsed if o.is_sweep_override()]
+    except Exception:  # noqa: BLE001 - Hydra parsed them already; never fail the sweep here
+        swept = []
+    name = "sweep " + " ".join(swept) if swept else f"sweep-{fallback}"
+    return name if len(name) <= 250 else name[:249] + "…"
 
 
 def _fmt(value: float | None) -> str:
