@@ -54,14 +54,14 @@ def _check_known_keys(node: DictConfig, prefix: str = "") -> None:
     schema = OmegaConf.get_type(node)
     if dataclasses.is_dataclass(schema):
         fields = [f.name for f in dataclasses.fields(schema)]
-        for key in node.keys():
+        for key in node:
             if key not in fields:
                 valid = [f for f in fields if not f.startswith("_")]
                 near = difflib.get_close_matches(str(key), valid, n=1)
                 hint = (f"did you mean {prefix}{near[0]}?" if near
                         else f"the keys of {prefix.rstrip('.') or 'the run'} are {valid}")
                 raise ConfigError(f"{prefix}{key} is not a config key: {hint}")
-    for key in node.keys():
+    for key in node:
         child = node._get_node(key)
         if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
             _check_known_keys(child, f"{prefix}{key}.")

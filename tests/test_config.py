@@ -173,8 +173,8 @@ def test_a_budget_that_ends_before_learning_starts_is_rejected(algo):
     ("algo.lr=inf", "algo.lr=inf is invalid: valid values are finite numbers"),
     ("algo.gamma=nan", "algo.gamma=nan is invalid: valid values are finite numbers"),
     ("replay.capacity=0", "replay.capacity=0 is invalid"),
-    ("replay.capacity=10", "replay.capacity=10 is invalid: valid values are integers >= "
-                           "algo.batch_size (64)"),
+    ("replay.capacity=10", ("replay.capacity=10 is invalid: valid values are integers >= "
+                            "algo.batch_size (64)")),
 ])
 def test_keys_added_non_finite_values_and_small_replays_are_named(override, named):
     cfg, choices = compose_job(override)
@@ -185,8 +185,8 @@ def test_keys_added_non_finite_values_and_small_replays_are_named(override, name
 
 @pytest.mark.parametrize(("overrides", "named"), [
     (("algo=td3", "algo.target_noise=-1"), "algo.target_noise=-1.0 is invalid"),
-    (("algo=maddpg", "env.n_agents=1000"), "env.n_agents=1000 is invalid: valid values are "
-                                           "integers in [1, 64]"),
+    (("algo=maddpg", "env.n_agents=1000"), ("env.n_agents=1000 is invalid: valid values are "
+                                            "integers in [1, 64]")),
 ])
 def test_target_noise_and_agent_counts_are_bounded(overrides, named):
     cfg, choices = compose_job(*overrides)

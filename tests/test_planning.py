@@ -4,6 +4,7 @@ its device, and logs modeled figures apart from measured ones."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -45,8 +46,8 @@ def test_a_versal_mixed_job_logs_the_plan_and_modeled_figures(tmp_path, client):
     for each in runs.values():  # every JSON artifact of every run is JSON, no Infinity/NaN
         for path in _artifact_paths(client, each.info.run_id):
             if path.endswith(".json"):
-                strict_json(open(client.download_artifacts(each.info.run_id, path,
-                                                           str(tmp_path))).read())
+                local = client.download_artifacts(each.info.run_id, path, str(tmp_path))
+                strict_json(Path(local).read_text())
 
 
 def _artifact_paths(client, run_id: str, under: str | None = None) -> list[str]:
@@ -145,4 +146,4 @@ def test_a_lut_budget_that_no_plan_fits_is_reported_infeasible():
 def test_mixed_precision_on_the_host_fails_and_names_what_to_choose(tmp_path):
     with pytest.raises(ConfigError, match=r"choose platform from \[.*'versal'"):
         run_job(tmp_path, "algo=dqn", "precision=mixed", *TINY)
-    assert [r.info.status for r in mlflow_runs(tmp_path)] == ["FAILED"]
+    assert not (tmp_path / "mlflow.db").exists()  # rejected before a run (or store) is made
