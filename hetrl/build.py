@@ -12,11 +12,13 @@ from functools import partial
 from typing import Any, Callable
 
 import gymnasium as gym
-from hydra.utils import instantiate
+import psutil
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from hetrl.actors.base import Actors
 from hetrl.algos.base import Learner
+from hetrl.config.errors import ConfigError
 from hetrl.partition.planning import StepPlan, plan_measured_step, plan_step
 from hetrl.platform.host import HostPlatform
 from hetrl.platform.model import ModeledPlatform
@@ -57,6 +59,7 @@ def build(cfg: DictConfig, plan: bool = True) -> Components:
     envs = make_envs()
     spaces = {"obs_space": envs.single_observation_space,
               "act_space": envs.single_action_space}
+    check_replay_memory(cfg, **spaces)
     learner = instantiate(cfg.algo, **spaces, device=platform.device)
     precision = instantiate(cfg.precision)
     step_plan = _plan(cfg, learner, platform, precision, spaces) if plan else None
@@ -69,6 +72,28 @@ def build(cfg: DictConfig, plan: bool = True) -> Components:
         actors=instantiate(cfg.actors), scheduler=instantiate(cfg.scheduler),
         make_envs=make_envs,
     )
+
+
+def check_replay_memory(cfg: DictConfig, obs_space: gym.Space, act_space: gym.Space,
+                        available: int | None = None) -> None:
+    """Fail before the replay is allocated when its arrays (its class's `nbytes` for these
+    spaces) would not fit in the memory available now (or `available` bytes), naming the
+    key that sizes it, the bytes needed and the bytes available."""
+    nbytes = getattr(get_class(cfg.replay._target_), "nbytes", None)
+    if nbytes is None:
+        return
+    capacity = cfg.replay.capacity
+    needed = nbytes(capacity, obs_space, act_space, cfg.steps)
+    if available is None:
+        available = psutil.virtual_memory().available
+    if needed > available:
+        sized_by_algo = OmegaConf.is_interpolation(cfg.replay, "capacity")
+        key = "algo.buffer_size" if sized_by_algo else "replay.capacity"
+        raise ConfigError(
+            f"{key}={capacity} is invalid: a replay of {capacity} transitions of "
+            f"{cfg.env.id} needs {needed:,} bytes ({needed / 2**30:.1f} GiB), but "
+            f"{available:,} bytes ({available / 2**30:.1f} GiB) of memory are available: "
+            f"lower {key} (at most about {capacity * available // needed} transitions fit)")
 
 
 def _plan(cfg: DictConfig, learner: Learner, platform: HostPlatform | ModeledPlatform,

@@ -50,6 +50,7 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
     choices = {**{group: choices[group] for group in GROUPS},
                "tuned": tuned if tuned in group_options("tuned") else "none"}
     name = "-".join(choices[g] for g in ("algo", "env", "platform", "precision")) + f"-s{cfg.seed}"
+    validate(cfg, choices)  # before anything is created: a rejected job leaves no run, no store
 
     tracker: Tracker = instantiate(cfg.tracking)
     tracker.start(name, tags={**choices, "seed": str(cfg.seed)},
@@ -59,7 +60,6 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
         with _stop_on_signals() as stop:
             if saved is None:
                 tracker.log_params(researcher_params(cfg))
-            validate(cfg, choices)
             tracker.set_tags({"numerics_key": numerics_key(cfg),
                               "fp32_actors_key": fp32_actors_key(cfg),
                               "actors_precision": cfg.actors.precision})

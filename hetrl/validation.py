@@ -3,7 +3,10 @@ options of different groups fit together (naming the choices that would)."""
 
 from __future__ import annotations
 
-from typing import Mapping
+import dataclasses
+import difflib
+import math
+from typing import Any, Mapping
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
@@ -38,7 +41,67 @@ def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     _check_scheduler_fits_env(cfg, choices)
     _check_precision_fits_scheduler(cfg, choices)
     _check_partitioner_fits_platform(cfg, choices)
+    _check_known_keys(cfg)
+    _check_finite(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
     OmegaConf.to_object(cfg)  # builds each dataclass, which runs its __post_init__
+    _check_replay_holds_a_batch(cfg, choices)
+    _check_updates_happen(cfg, choices)
+
+
+def _check_known_keys(node: DictConfig, prefix: str = "") -> None:
+    """Every key is a field of its node's schema: a key added with `+` (`+stpes=600`) is
+    named with the nearest valid one instead of being ignored or reaching a constructor."""
+    schema = OmegaConf.get_type(node)
+    if dataclasses.is_dataclass(schema):
+        fields = [f.name for f in dataclasses.fields(schema)]
+        for key in node:
+            if key not in fields:
+                valid = [f for f in fields if not f.startswith("_")]
+                near = difflib.get_close_matches(str(key), valid, n=1)
+                hint = (f"did you mean {prefix}{near[0]}?" if near
+                        else f"the keys of {prefix.rstrip('.') or 'the run'} are {valid}")
+                raise ConfigError(f"{prefix}{key} is not a config key: {hint}")
+    for key in node:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
+            _check_known_keys(child, f"{prefix}{key}.")
+
+
+def _check_finite(tree: Any, key: str = "") -> None:
+    """No float of any schema is infinite or NaN (`algo.lr=inf` would train on NaN losses)."""
+    if isinstance(tree, dict):
+        for name, value in tree.items():
+            _check_finite(value, f"{key}.{name}" if key else str(name))
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree):
+            _check_finite(value, f"{key}[{i}]")
+    elif isinstance(tree, float) and not math.isfinite(tree):
+        raise ConfigError(f"{key}={tree!r} is invalid: valid values are finite numbers")
+
+
+def _check_replay_holds_a_batch(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    """An off-policy learner samples `algo.batch_size` transitions from a replay of
+    `replay.capacity`."""
+    if get_class(cfg.algo._target_).on_policy:
+        return
+    batch = cfg.algo.batch_size
+    require(cfg.replay.capacity >= batch, "replay.capacity", cfg.replay.capacity,
+            f"integers >= algo.batch_size ({batch}) of algo={choices['algo']}")
+
+
+def _check_updates_happen(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    """An off-policy learner updates once more than `algo.learning_starts` env steps are in:
+    a budget of no more than that would finish without a single update."""
+    if get_class(cfg.algo._target_).on_policy:
+        return
+    starts, steps = cfg.algo.learning_starts, cfg.steps
+    if steps <= starts:
+        raise ConfigError(
+            f"steps={steps} is invalid: algo={choices['algo']} (env={choices['env']}) starts "
+            f"learning after algo.learning_starts={starts} env steps, so this run would make "
+            f"no update: give a longer budget (steps={max(2 * starts, starts + 1)}) or start "
+            f"learning earlier (algo.learning_starts={steps // 2})"
+        )
 
 
 def _check_algo_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:

@@ -156,13 +156,52 @@ def test_out_of_range_values_are_named_with_the_valid_range(override, named):
     assert named in str(err.value)
 
 
+@pytest.mark.parametrize("algo", ["ddpg", "maddpg"])
+def test_a_budget_that_ends_before_learning_starts_is_rejected(algo):
+    cfg, choices = compose_job(f"algo={algo}", "steps=1500")
+    with pytest.raises(ConfigError) as err:
+        validate(cfg, choices)
+    message, starts = str(err.value), cfg.algo.learning_starts
+    assert "steps=1500" in message and f"algo.learning_starts={starts}" in message
+    assert "no update" in message and f"steps={2 * starts}" in message  # the override
+
+
+@pytest.mark.parametrize(("override", "named"), [
+    ("+stpes=600", "stpes is not a config key: did you mean steps?"),
+    ("+algo.nonexistent=1", "algo.nonexistent is not a config key"),
+    ("+algo.learnig_starts=5", "did you mean algo.learning_starts?"),
+    ("algo.lr=inf", "algo.lr=inf is invalid: valid values are finite numbers"),
+    ("algo.gamma=nan", "algo.gamma=nan is invalid: valid values are finite numbers"),
+    ("replay.capacity=0", "replay.capacity=0 is invalid"),
+    ("replay.capacity=10", ("replay.capacity=10 is invalid: valid values are integers >= "
+                            "algo.batch_size (64)")),
+])
+def test_keys_added_non_finite_values_and_small_replays_are_named(override, named):
+    cfg, choices = compose_job(override)
+    with pytest.raises(ConfigError) as err:
+        validate(cfg, choices)
+    assert named in str(err.value)
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    (("algo=td3", "algo.target_noise=-1"), "algo.target_noise=-1.0 is invalid"),
+    (("algo=maddpg", "env.n_agents=1000"), ("env.n_agents=1000 is invalid: valid values are "
+                                            "integers in [1, 64]")),
+])
+def test_target_noise_and_agent_counts_are_bounded(overrides, named):
+    cfg, choices = compose_job(*overrides)
+    with pytest.raises(ConfigError) as err:
+        validate(cfg, choices)
+    assert named in str(err.value)
+
+
 def test_incompatible_algo_and_env_name_both_and_the_choices():
     cfg, choices = compose_job("algo=dqn", "env=pendulum")
     with pytest.raises(ConfigError) as err:
         validate(cfg, choices)
     message = str(err.value)
     assert "algo=dqn" in message and "env=pendulum" in message
-    assert "['acrobot', 'breakout', 'cartpole', 'mountaincar', 'mspacman']" in message
+    assert "['acrobot', 'breakout', 'cartpole', 'mountaincar', 'mspacman', 'pong']" in message
     assert "['a2c', 'd4pg', 'ddpg', 'ppo', 'td3']" in message
 
 
@@ -179,6 +218,16 @@ def test_cli_rejects_bad_input_with_a_message_and_nonzero_exit(tmp_path):
     unknown = hetrl_cli(tmp_path, "precision=int3")
     assert unknown.returncode != 0
     assert "precision/int3" in unknown.stderr and "fp32" in unknown.stderr
+
+
+def test_a_config_error_is_one_message_without_a_traceback_and_creates_nothing(tmp_path):
+    out = hetrl_cli(tmp_path, "algo.lr=-1")
+    assert out.returncode != 0
+    assert "algo.lr=-1.0 is invalid: valid values are floats > 0" in out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
+    assert not (tmp_path / "mlflow.db").exists()  # no store, no run
+    (log,) = tmp_path.glob("runs/*/*/__main__.log")  # the job's log keeps the traceback
+    assert "Traceback" in log.read_text() and "algo.lr=-1.0" in log.read_text()
 
 
 def test_help_lists_groups_and_options(tmp_path):

@@ -34,7 +34,7 @@ def test_matd3_with_prioritized_locality_times_every_phase(tmp_path):
 
 @pytest.mark.parametrize(("overrides", "named"), [
     (("algo=dqn", "env=simple_tag"), ["algo=dqn", "single-agent", "env=simple_tag",
-                                      "['maddpg', 'matd3']", "['acrobot', 'breakout', 'cartpole', 'mountaincar', 'mspacman']"]),
+                                      "['maddpg', 'matd3']", "['acrobot', 'breakout', 'cartpole', 'mountaincar', 'mspacman', 'pong']"]),
     (("algo=maddpg", "env=cartpole"), ["algo=maddpg", "multi-agent", "env=cartpole",
                                        "['simple_spread', 'simple_tag']"]),
     (("algo=maddpg", "replay=uniform"), ["replay=uniform", "['joint', 'per_agent']"]),

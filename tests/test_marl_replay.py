@@ -145,3 +145,13 @@ def test_storage_grows_to_capacity_keeping_what_is_stored(monkeypatch):
         obs, _, rewards, _, _ = replay.gather(np.arange(40))
         stored = sorted(rewards[:, 0] / 10)
         assert stored == list(range(10, 50)) and np.all(obs[:, 0, 0] == rewards[:, 0])
+
+
+def test_nbytes_bounds_what_the_storage_takes(monkeypatch):
+    monkeypatch.setattr(multiagent, "INITIAL_ROWS", 8)
+    for layout in (PerAgentReplay, JointReplay):
+        replay = _filled(layout, "uniform", capacity=40, n=50)  # grown to capacity
+        stored = sum(array.nbytes for array in replay.arrays())
+        assert stored == 40 * layout.row_bytes(OBS)
+        assert layout.nbytes(40, OBS, ACTS, steps=50) == int(1.5 * stored)  # while growing
+        assert layout.nbytes(10**9, OBS, ACTS, steps=10) == int(1.5 * 20 * layout.row_bytes(OBS))

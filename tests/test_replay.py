@@ -2,8 +2,12 @@
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
+from helpers import compose_job, run_job
 
+from hetrl.build import check_replay_memory
+from hetrl.config.errors import ConfigError
 from hetrl.replay.uniform import UniformReplay
 
 OBS = gym.spaces.Box(-10, 10, (3,))
@@ -51,3 +55,31 @@ def test_state_round_trip_restores_contents_and_position():
     np.random.seed(3)
     b = copy.sample(32)
     assert all(torch.equal(x, y) for x, y in zip(a[:5], b[:5]))  # the columns (no weights)
+
+
+def _stored_bytes(replay) -> int:
+    return sum(array.nbytes for array in vars(replay).values() if isinstance(array, np.ndarray))
+
+
+def test_nbytes_is_what_the_arrays_take():
+    frames = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    for obs, act in ((OBS, gym.spaces.Discrete(4)), (OBS, gym.spaces.Box(-1, 1, (2,))),
+                     (frames, gym.spaces.Discrete(4))):
+        replay = UniformReplay(100, obs, act, torch.device("cpu"))
+        assert UniformReplay.nbytes(100, obs, act, steps=10) == _stored_bytes(replay)
+
+
+def test_a_replay_larger_than_memory_is_named_before_it_is_allocated(tmp_path):
+    cfg, _ = compose_job("algo.buffer_size=1000000")
+    with pytest.raises(ConfigError) as err:  # 1M CartPole transitions: 52 MB
+        check_replay_memory(cfg, gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2),
+                            available=10_000_000)
+    message = str(err.value)
+    assert "algo.buffer_size=1000000 is invalid" in message
+    assert "needs 52,000,000 bytes" in message and "10,000,000 bytes" in message
+    cfg, _ = compose_job("replay.capacity=1000000")
+    with pytest.raises(ConfigError, match="replay.capacity=1000000 is invalid"):
+        check_replay_memory(cfg, gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2),
+                            available=10_000_000)
+    with pytest.raises(ConfigError, match=r"algo.buffer_size=10000000000 is invalid.*GiB"):
+        run_job(tmp_path, "algo.buffer_size=10000000000", "tracking=none")  # 520 GB

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from helpers import mlflow_runs, run_job
+from helpers import compose_job, mlflow_runs, run_job
 
-from hetrl.tracking.reward_error import reward_error_pct
+from hetrl.tracking.base import NullTracker
+from hetrl.tracking.reward_error import reference_metrics, reward_error_pct
 
 JOB = ("algo=dqn", "steps=1500", "algo.learning_starts=200", "algo.train_freq=4",
        "algo.gradient_steps=1", "algo.hidden=[32]", "log_every=500")
@@ -33,3 +34,21 @@ def test_other_numerics_are_not_a_reference(tmp_path):
     run_job(tmp_path, *JOB, "precision=bf16")  # seed 0: needs its own fp32 run
     assert sorted(r.data.tags["precision"] for r in mlflow_runs(tmp_path)) == [
         "bf16", "fp32", "fp32"]
+
+
+def _twin(updates: float):
+    def train(cfg, choices, out_dir):
+        return {"return_mean_100": 10.0, "updates": updates}
+    return train
+
+
+@pytest.mark.parametrize(("own", "twin"), [(0.0, 5.0), (5.0, 0.0)])
+def test_no_reward_error_when_either_run_made_no_update(tmp_path, own, twin):
+    cfg, choices = compose_job("precision=bf16", "tracking=none")
+    results = {"return_mean_100": 12.0, "updates": own}
+    metrics = reference_metrics(cfg, choices, results, [], [], tmp_path, NullTracker(),
+                                train_twin=_twin(twin))
+    assert "reward_error_pct" not in metrics
+    both = reference_metrics(cfg, choices, {**results, "updates": 5.0}, [], [], tmp_path,
+                             NullTracker(), train_twin=_twin(5.0))
+    assert both["reward_error_pct"] == pytest.approx(20.0)

@@ -8,10 +8,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from helpers import run_job
+from helpers import mlflow_runs, run_job
 
 from hetrl.algos.base import Batch
 from hetrl.precision.uniform import UniformPrecision
+from hetrl.scheduler.context import (NON_FINITE_LIMIT, NonFiniteLoss, StepBoundary, Training,
+                                     loop_metrics)
 from hetrl.scheduler.state import LoopState
 from hetrl.scheduler.updates import Updates
 
@@ -73,3 +75,38 @@ def test_the_update_step_follows_the_schedule_and_hands_back_priorities():
     assert updates.step() == {"loss": torch.tensor(1.0)}  # td_errors went to the replay
     assert replay.handed == [([0, 1], [0.5, 2.0])] and state.updates == 1
     assert {"sample", "update", "priority_update"} <= set(state.phase_s)
+
+
+def test_no_eps_host_before_the_first_update():
+    state = LoopState(step=500, elapsed_s=1.0, phase_s={"replay_add": 0.5})
+    learner = SimpleNamespace(batch_size=32, skipped_steps=0)
+    assert "eps_host" not in loop_metrics(state, learner, {})
+    state.updates, state.phase_s["update"] = 10, 0.5
+    assert loop_metrics(state, learner, {})["eps_host"] == pytest.approx(32 * 10 / 1.0)
+
+
+def _boundary() -> tuple[StepBoundary, LoopState]:
+    state = LoopState()
+    t = Training(envs=None, learner=None, replay=None, precision=None, steps=10**6,
+                 log_every=10**6, checkpoint_every=0, report=lambda *a: None,
+                 checkpoint=lambda s: None)
+    return StepBoundary(t, state), state
+
+
+def test_a_loss_that_stays_non_finite_stops_the_run_naming_the_step():
+    boundary, state = _boundary()
+    for step in range(1, 61):  # a loss that is NaN now and then is not a failure
+        state.step, state.updates = step, step
+        boundary(1, None, {"critic_loss": torch.tensor(float("nan") if step % 2 else 1.0)})
+    with pytest.raises(NonFiniteLoss, match=r"non-finite since step 100 .*learner/loss=nan"):
+        for step in range(100, 100 + NON_FINITE_LIMIT + 1):
+            state.step, state.updates = step, step
+            boundary(1, None, {"loss": torch.tensor(float("nan")), "q_mean": torch.tensor(1.0)})
+
+
+def test_a_diverging_learner_fails_its_run(tmp_path):
+    with pytest.raises(NonFiniteLoss, match="non-finite since step"):
+        run_job(tmp_path, "algo=dqn", "steps=2000", "algo.learning_starts=100",
+                "algo.train_freq=1", "algo.hidden=[16]", "algo.lr=1e30",
+                "algo.max_grad_norm=1e30", "log_every=500")
+    assert [r.info.status for r in mlflow_runs(tmp_path)] == ["FAILED"]

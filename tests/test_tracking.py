@@ -43,10 +43,11 @@ def test_a_failing_job_ends_failed_with_its_traceback(tmp_path, client):
     assert "NoSuchEnv" in open(error).read()
 
 
-def test_bad_input_marks_the_run_failed_not_running(tmp_path):
-    with pytest.raises(ValueError, match="steps=-1 is invalid"):
-        run_job(tmp_path, *QUICK, "steps=-1")
-    assert [r.info.status for r in mlflow_runs(tmp_path)] == ["FAILED"]
+@pytest.mark.parametrize("bad", ["steps=-1", "algo.gamma=2", "+stpes=600", "precision=mixed"])
+def test_bad_input_is_rejected_before_a_run_or_store_is_created(tmp_path, bad):
+    with pytest.raises(ValueError, match="is invalid|not a config key|is not modeled"):
+        run_job(tmp_path, *QUICK, bad)
+    assert not (tmp_path / "mlflow.db").exists()  # no run, not even a FAILED one
 
 
 def test_a_sweep_across_action_spaces_is_one_parent_with_children(tmp_path, client):

@@ -10,6 +10,13 @@ from omegaconf import MISSING
 from hetrl.config.enums import ActionSpace, Agents, ReturnDefinition
 from hetrl.config.errors import require
 
+MAX_AGENTS = 64
+"""The most learning agents an MPE env may have. Each agent's critic takes every agent's
+observation and action, and an agent's observation grows with the number of entities, so
+the critics' weights and a replay row grow as n² per agent (n³ in all) and each env step
+checks every pair of entities: the MARL paper's largest config has 24 agents, 64 is within
+one machine's memory (1000 agents ran 80 s before failing in the allocator)."""
+
 
 @dataclass
 class EnvConfig:
@@ -52,7 +59,9 @@ class MpeEnvConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        require(self.n_agents >= 1, "env.n_agents", self.n_agents, "integers >= 1")
+        require(1 <= self.n_agents <= MAX_AGENTS, "env.n_agents", self.n_agents,
+                f"integers in [1, {MAX_AGENTS}] (the critics and replay rows grow as "
+                "n_agents² per agent)")
         require(self.n_envs >= 1, "env.n_envs", self.n_envs, "integers >= 1")
         require(self.max_cycles >= 1, "env.max_cycles", self.max_cycles, "integers >= 1")
         require(self.action_space == ActionSpace.discrete, "env.action_space",

@@ -4,7 +4,9 @@ costs (a simulated platform) or over costs measured on this host's devices."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -61,10 +63,22 @@ class StepPlan:
                 self.graph.nodes, self.plan.assignment, self.plan.start, self.plan.finish,
                 self.costs.seconds)
         ]
-        return json.dumps({"costs": "measured" if self.measured else "modeled",
-                           "plan": describe(self.plan), "nodes": nodes,
-                           "baselines": {n: describe(p) for n, p in self.baselines.items()}},
-                          indent=1)
+        return json.dumps(_null_unbounded({
+            "costs": "measured" if self.measured else "modeled", "plan": describe(self.plan),
+            "nodes": nodes, "baselines": {n: describe(p) for n, p in self.baselines.items()}}),
+            indent=1, allow_nan=False)
+
+
+def _null_unbounded(tree: Any) -> Any:
+    """The tree with each infinite or NaN figure (a device that cannot run a node, a plan
+    with no finite makespan) as None: JSON has no Infinity, so they are written `null`."""
+    if isinstance(tree, dict):
+        return {key: _null_unbounded(value) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [_null_unbounded(value) for value in tree]
+    if isinstance(tree, float) and not math.isfinite(tree):
+        return None
+    return tree
 
 
 def plan_step(learner: Learner, platform: ModeledPlatform, precision, partitioner,

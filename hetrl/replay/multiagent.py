@@ -54,6 +54,20 @@ class MultiAgentReplay:
         self.pos = 0
         self.size = 0
 
+    @classmethod
+    def nbytes(cls, capacity: int, obs_space: gym.spaces.Box,
+               act_space: gym.spaces.MultiDiscrete, steps: int) -> int:
+        """The bytes of its storage at its largest in a run of `steps` env steps: it grows
+        by doubling, so up to twice the rows stored (and `capacity` at most), and while it
+        grows the old storage is kept beside the new (half of it)."""
+        rows = min(capacity, max(INITIAL_ROWS, 2 * steps))
+        return int(1.5 * rows * cls.row_bytes(obs_space))
+
+    @classmethod
+    def row_bytes(cls, obs_space: gym.spaces.Box) -> int:
+        """The bytes of one slot (every agent's transition)."""
+        raise NotImplementedError
+
     def __len__(self) -> int:
         return self.size
 
@@ -127,6 +141,13 @@ class PerAgentReplay(MultiAgentReplay):
         self.rewards = [np.zeros(rows, np.float32) for _ in self.obs_dims]
         self.terminated = [np.zeros(rows, np.float32) for _ in self.obs_dims]
 
+    @classmethod
+    def row_bytes(cls, obs_space: gym.spaces.Box) -> int:
+        # per agent: obs and next_obs at its own width (float32), an int64 action, a float32
+        # reward and terminated flag
+        dims = (obs_space.high > obs_space.low).sum(axis=1)
+        return int(sum(2 * 4 * int(d) + 8 + 4 + 4 for d in dims))
+
     def _fields(self) -> tuple[list[np.ndarray], ...]:
         return self.obs, self.actions, self.rewards, self.next_obs, self.terminated
 
@@ -168,6 +189,11 @@ class JointReplay(MultiAgentReplay):
         widths = [n * w, n, n, n * w, n]
         self.bounds = np.cumsum([0, *widths])
         self.rows = np.zeros((self.allocated, int(self.bounds[-1])), np.float32)
+
+    @classmethod
+    def row_bytes(cls, obs_space: gym.spaces.Box) -> int:
+        n, w = obs_space.shape  # float32 [obs | actions | rewards | next_obs | terminated]
+        return 4 * (2 * n * w + 3 * n)
 
     def grow(self, rows: int) -> None:
         self.rows = _grown(self.rows, rows)

@@ -32,10 +32,8 @@ class UniformReplay:
         self.device = device
         self.n_step, self.gamma = n_step, gamma
         self.streams: dict[int, NStepAccumulator] = {}
-        discrete = isinstance(act_space, gym.spaces.Discrete)
-        act_shape, act_dtype = ((), np.int64) if discrete else (act_space.shape, np.float32)
-        obs_dtype = np.uint8 if obs_space.dtype == np.uint8 else np.float32  # frames stay bytes
-        self.obs = np.zeros((capacity, *obs_space.shape), dtype=obs_dtype)
+        (obs_shape, obs_dtype), (act_shape, act_dtype) = _layout(obs_space, act_space)
+        self.obs = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
         self.next_obs = np.zeros_like(self.obs)
         self.actions = np.zeros((capacity, *act_shape), dtype=act_dtype)
         self.rewards = np.zeros(capacity, dtype=np.float32)
@@ -43,6 +41,17 @@ class UniformReplay:
         self.discounts = np.zeros(capacity, dtype=np.float32)
         self.pos = 0
         self.size = 0
+
+    @classmethod
+    def nbytes(cls, capacity: int, obs_space: gym.Space, act_space: gym.Space,
+               steps: int) -> int:
+        """The bytes of its arrays: all `capacity` rows are allocated (and zeroed) at once,
+        whatever the budget of `steps`."""
+        (obs_shape, obs_dtype), (act_shape, act_dtype) = _layout(obs_space, act_space)
+        row = (2 * np.dtype(obs_dtype).itemsize * int(np.prod(obs_shape))  # obs, next_obs
+               + np.dtype(act_dtype).itemsize * int(np.prod(act_shape))
+               + 3 * np.dtype(np.float32).itemsize)  # rewards, terminated, discounts
+        return capacity * row
 
     def __len__(self) -> int:
         return self.size
@@ -110,3 +119,13 @@ class UniformReplay:
             self.streams[key].load_state_dict(windows)
         for column, saved in zip(self._columns(), state["columns"]):
             column[: self.size] = saved
+
+
+def _layout(obs_space: gym.Space, act_space: gym.Space
+            ) -> tuple[tuple[tuple[int, ...], type], tuple[tuple[int, ...], type]]:
+    """(shape, dtype) of a stored observation and action: frames stay bytes, other
+    observations and continuous actions float32, discrete actions int64."""
+    discrete = isinstance(act_space, gym.spaces.Discrete)
+    act = ((), np.int64) if discrete else (tuple(act_space.shape), np.float32)
+    obs_dtype = np.uint8 if obs_space.dtype == np.uint8 else np.float32
+    return (tuple(obs_space.shape), obs_dtype), act

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -19,6 +20,15 @@ from hetrl.scheduler.state import LoopState
 
 class Stopped(KeyboardInterrupt):
     """The loop stopped at a step boundary on request (Ctrl-C, SIGTERM), after a checkpoint."""
+
+
+class NonFiniteLoss(RuntimeError):
+    """The learner's loss stayed NaN or infinite: the run learns nothing more and fails."""
+
+
+NON_FINITE_LIMIT = 100
+"""Updates in a row whose loss may be NaN or infinite before the run fails (a float16 step
+that overflows now and then is skipped by the loss scaler and is not a failure)."""
 
 
 @dataclass
@@ -51,11 +61,12 @@ def loop_metrics(state: LoopState, learner: Learner, learner_metrics: dict) -> d
     train_s = sum(state.phase_s.get(name, 0.0) for name in TRAINING_PHASES)
     metrics = {
         "sps": state.step / wall,
-        "eps_host": learner.batch_size * state.updates / train_s if train_s > 0 else 0.0,
         "episodes": float(state.episodes),
         "updates": float(state.updates),
         "precision/skipped_steps": float(learner.skipped_steps),
     }
+    if state.updates > 0 and train_s > 0:  # no throughput with no update behind it
+        metrics["eps_host"] = learner.batch_size * state.updates / train_s
     if (mean := state.return_mean_100()) is not None:
         metrics["return_mean_100"] = mean
     for name, seconds in state.phase_s.items():
@@ -90,10 +101,14 @@ class StepBoundary:
     def __init__(self, t: Training, state: LoopState) -> None:
         self.t, self.state = t, state
         self._tick = perf_counter()
+        self._updates = state.updates  # the updates whose losses were checked
+        self._non_finite_since: tuple[int, int] | None = None  # (step, updates) it started
 
     def __call__(self, n: int, obs: np.ndarray, learner_metrics: dict) -> None:
         """After a step of `n` env steps that ended at observations `obs`."""
         t, state = self.t, self.state
+        if state.updates != self._updates:
+            self._check_losses(learner_metrics)
         finished = state.step >= t.steps
         log_due = _crossed(state.step, n, t.log_every) or finished
         checkpoint_due = _crossed(state.step, n, t.checkpoint_every)
@@ -113,3 +128,24 @@ class StepBoundary:
             t.report(state.step, metrics)
         if checkpoint_due and not finished:
             t.checkpoint(state)
+
+    def _check_losses(self, learner_metrics: dict) -> None:
+        """Fail the run once the losses of the updates since the last step were non-finite
+        for NON_FINITE_LIMIT updates in a row, naming the step where that began."""
+        state = self.state
+        self._updates = state.updates
+        bad = {key: float(value) for key, value in learner_metrics.items()
+               if "loss" in key and not math.isfinite(float(value))}
+        if not bad:
+            self._non_finite_since = None
+            return
+        if self._non_finite_since is None:
+            self._non_finite_since = (state.step, state.updates)
+        step, updates = self._non_finite_since
+        if state.updates - updates + 1 >= NON_FINITE_LIMIT:
+            named = ", ".join(f"learner/{key}={value}" for key, value in sorted(bad.items()))
+            raise NonFiniteLoss(
+                f"the loss has been non-finite since step {step} (update {updates}), "
+                f"{state.updates - updates + 1} updates in a row, now at step {state.step}: "
+                f"{named}; the learner diverged (lower algo.lr, or check the rewards and the "
+                "precision)")

@@ -89,12 +89,16 @@ def reference_metrics(cfg: DictConfig, choices: Mapping[str, str], results: Mapp
     actor pool `time_to_95pct_s` against the run with fp32 actors."""
     metrics: dict[str, float] = {}
     reference = reference_job(cfg, choices)
-    if reference is not None and "return_mean_100" in results:
+    if reference is not None and "return_mean_100" in results and results.get("updates", 1) > 0:
         twin_cfg, twin_choices = reference
         tags = {"numerics_key": numerics_key(twin_cfg), "precision": twin_choices["precision"]}
-        value = twin_return(tracker, tags, twin_cfg, twin_choices, out_dir / "reference",
+        twin = twin_metrics(tracker, tags, twin_cfg, twin_choices, out_dir / "reference",
                             train_twin)
-        metrics["reward_error_pct"] = reward_error_pct(results["return_mean_100"], value)
+        value = twin["return_mean_100"]
+        if twin.get("updates", 1) > 0:  # no error against a reference that never learned
+            metrics["reward_error_pct"] = reward_error_pct(results["return_mean_100"], value)
+        else:
+            log.warning("the reference run made no update: no reward_error_pct")
         metrics["reward_reference"] = value
     if getattr(get_class(cfg.scheduler._target_), "actor_pool", False) and history:
         metrics.update(_time_to_95pct(cfg, choices, history, history_s, out_dir, tracker,
@@ -127,9 +131,22 @@ def twin_return(tracker: Tracker, tags: Mapping[str, str], twin: DictConfig,
                 twin_choices: Mapping[str, str], twin_dir: Path, train_twin: TrainTwin) -> float:
     """The final return_mean_100 of the finished run with these tags, or of `twin`, trained
     now when there is none yet (a reference run: fp32, fp32 actors, uniform sampler)."""
+    return twin_metrics(tracker, tags, twin, twin_choices, twin_dir,
+                        train_twin)["return_mean_100"]
+
+
+def twin_metrics(tracker: Tracker, tags: Mapping[str, str], twin: DictConfig,
+                 twin_choices: Mapping[str, str], twin_dir: Path, train_twin: TrainTwin
+                 ) -> dict[str, float]:
+    """`return_mean_100` and, where known, `updates` of the finished run with these tags,
+    or of `twin`, trained now when there is none yet."""
     reference = tracker.find_metric(tags, "return_mean_100")
     if reference is None:
         log.info("no reference run %s yet: training it", dict(tags))
         twin_dir.mkdir(exist_ok=True)
-        reference = train_twin(twin, twin_choices, twin_dir)["return_mean_100"]
-    return reference
+        results = train_twin(twin, twin_choices, twin_dir)
+        return {key: results[key] for key in ("return_mean_100", "updates") if key in results}
+    found = {"return_mean_100": reference}
+    if (updates := tracker.find_metric(tags, "updates")) is not None:
+        found["updates"] = updates
+    return found
