@@ -45,7 +45,8 @@ class Stopped(KeyboardInterrupt):
         """One line: what stopped, where, and the command that goes on."""
         name = signal.Signals(self.signum).name
         if self.step is None:
-            return f"stopped by {name}"
+            return (f"stopped by {name} between two jobs of the sweep; its parent run ends "
+                    "KILLED, its summary lists the jobs that did not run")
         text = f"stopped at step {self.step} by {name}, after a checkpoint"
         if self.job_dir is not None:
             text += f"; go on with: python -m hetrl resume={self.job_dir}"
