@@ -201,10 +201,12 @@ def _actor_pids(marker: str) -> list[int]:
             if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
 
-@pytest.mark.parametrize("timeout_s", [5, 600])
-def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, timeout_s):
+@pytest.mark.parametrize(("signum", "timeout_s"), [(signal.SIGSTOP, 5), (signal.SIGSTOP, 600),
+                                                   (signal.SIGKILL, 600)])
+def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, signum, timeout_s):
     """An actor stopped by SIGSTOP: after actors.timeout_s the run ends FAILED naming it;
-    before that a SIGTERM stops the job (KILLED) instead of waiting forever."""
+    before that a SIGTERM stops the job (KILLED) instead of waiting forever. An actor killed
+    outright fails the run in seconds. No process outlives the job."""
     marker = f"actorq-{uuid.uuid4()}"
     log = tmp_path / "output.txt"
     pids: list[int] = []
@@ -222,9 +224,9 @@ def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, tim
                 time.sleep(0.5)  # the actor has delivered its first transitions
             pids = _actor_pids(marker)
             assert len(pids) == 1, log.read_text()[-3000:]
-            os.kill(pids[0], signal.SIGSTOP)
+            os.kill(pids[0], signum)
             start = time.monotonic()
-            if timeout_s == 600:
+            if signum == signal.SIGSTOP and timeout_s == 600:
                 time.sleep(2)  # the learner waits on the stopped actor
                 job.send_signal(signal.SIGTERM)
             code = job.wait(timeout=60)
@@ -236,7 +238,10 @@ def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, tim
     text = log.read_text()
     assert _all_exit(marker)
     (run,) = mlflow_runs(tmp_path)
-    if timeout_s == 600:
+    if signum == signal.SIGKILL:
+        assert code == 1 and run.info.status == "FAILED", text[-3000:]
+        assert "actor 0 exited (code -9)" in text and waited < 30
+    elif timeout_s == 600:
         assert code == 143 and run.info.status == "KILLED", text[-3000:]
         assert waited < 30
     else:

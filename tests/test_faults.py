@@ -63,6 +63,39 @@ def test_a_full_disk_names_the_checkpoint_and_keeps_the_previous_one(tmp_path, m
     assert not path.with_suffix(".tmp").exists()
 
 
+KILLED_MID_WRITE = """
+import os, signal, sys
+from pathlib import Path
+
+import torch
+
+from hetrl import checkpoint
+
+
+def killed_mid_write(state, file):
+    real_save(state, file)
+    with open(file, "r+b") as f:  # half of it on disk when the kill lands
+        f.truncate(os.path.getsize(file) // 2)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+real_save, torch.save = torch.save, killed_mid_write
+checkpoint.save(Path(sys.argv[1]), {"step": 2, "weights": torch.ones(10_000)})
+"""
+
+
+def test_a_kill_during_a_checkpoint_write_keeps_the_previous_checkpoint(tmp_path):
+    path = tmp_path / checkpoint.FILENAME
+    checkpoint.save(path, {"step": 1})
+    killed = subprocess.run([sys.executable, "-c", KILLED_MID_WRITE, str(path)],
+                            capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert path.with_suffix(".tmp").exists()  # the torn write, beside the checkpoint
+    assert checkpoint.load(tmp_path) == {"step": 1}
+    checkpoint.save(path, {"step": 3})  # the next checkpoint writes over the torn file
+    assert checkpoint.load(tmp_path) == {"step": 3}
+
+
 def test_a_job_whose_checkpoint_cannot_be_written_fails_naming_it(tmp_path, monkeypatch):
     def full_disk(state, file):
         raise OSError(errno.ENOSPC, "No space left on device")
