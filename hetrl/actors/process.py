@@ -86,6 +86,7 @@ class ProcessActors(ActorPool):
                 try:
                     kind, body = conn.recv()
                 except (EOFError, OSError):
+                    self.processes[rank].join(timeout=1.0)  # its exit code, once reaped
                     raise ActorError(f"actor {rank} exited (code "
                                      f"{self.processes[rank].exitcode})") from None
                 if kind == "error":
