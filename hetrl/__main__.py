@@ -1,16 +1,19 @@
 """`python -m hetrl [group=option ...] [key=value ...]`: compose a config and run one job."""
 
 import logging
+import sys
 import traceback
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from hetrl import CONF_DIR
 from hetrl.config.errors import ConfigError
 from hetrl.config.store import register
+from hetrl.faults import Fault, Stopped
 
 register()
 
@@ -19,12 +22,17 @@ register()
 def main(cfg: DictConfig) -> dict:
     from hetrl import experiment  # after Hydra parsed the command line: --help stays fast
 
-    runtime = HydraConfig.get().runtime
+    hydra_cfg = HydraConfig.get()
+    runtime = hydra_cfg.runtime
     try:
-        return experiment.run(cfg, runtime.choices, Path(runtime.output_dir))
-    except ConfigError:  # the terminal gets Hydra's one-message report; the log the traceback
-        _to_log_files(traceback.format_exc())
-        raise
+        return experiment.run(cfg, runtime.choices, Path(runtime.output_dir),
+                              overrides=list(hydra_cfg.overrides.task))
+    except (ConfigError, Fault) as error:
+        _to_log_files(traceback.format_exc())  # the terminal gets one message
+        if hydra_cfg.mode == RunMode.MULTIRUN:
+            raise  # the sweep records the failed job and goes on
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)
 
 
 def _to_log_files(text: str) -> None:
@@ -36,5 +44,19 @@ def _to_log_files(text: str) -> None:
             handler.handle(record)
 
 
+def cli() -> None:
+    """Run `main`; a stop by Ctrl-C or SIGTERM exits 130 or 143 with one line saying how to go
+    on, not a traceback."""
+    try:
+        main()
+    except Stopped as stopped:
+        print(stopped.describe(), file=sys.stderr)
+        sys.exit(stopped.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted (a second Ctrl-C): the last checkpoint, if any, is where "
+              "`resume=` goes on", file=sys.stderr)
+        sys.exit(130)
+
+
 if __name__ == "__main__":
-    main()
+    cli()

@@ -10,15 +10,18 @@ import traceback
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from hetrl import checkpoint
 from hetrl.build import Components, build
+from hetrl.config.errors import ConfigError, require
 from hetrl.envs.state import env_state, load_env_state
 from hetrl.evaluation import ptq_reward_error
+from hetrl.faults import Fault, Stopped, StopRequest
 from hetrl.options import GROUPS, group_options
 from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
@@ -32,18 +35,26 @@ from hetrl.validation import validate
 log = logging.getLogger("hetrl")
 
 
-def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str, Any]:
+RESUME_OVERRIDES = ("steps", "log_every", "checkpoint_every", "tracking.uri")
+"""What a resumed job takes from the command line: a longer budget, its logging and
+checkpoint rhythm, a store that moved. Anything else would change what is learned."""
+
+
+def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
+        overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Train one job; returns its final metrics and MLflow run id.
 
     `choices` names the chosen option of each config group (Hydra's runtime choices);
     `out_dir` receives the checkpoint. With `resume=<job dir>`, the config, choices and
-    MLflow run of that job are taken from its checkpoint and the job goes on there.
+    MLflow run of that job are taken from its checkpoint and the job goes on there; of the
+    command line's `overrides` (Hydra's task overrides) those of RESUME_OVERRIDES apply and
+    any other that changes the job is refused.
     """
     saved = None
     if cfg.resume:
         out_dir = Path(cfg.resume)
         saved = checkpoint.load(out_dir)
-        cfg, choices = OmegaConf.create(saved["config"]), saved["choices"]
+        cfg, choices = _resumed_config(saved, cfg, choices, overrides), saved["choices"]
     # the tuned file (conf/tuned/<algo>_<env>.yaml) the job took its hyperparameters from;
     # Hydra names the optional file whether or not it exists
     tuned = choices.get("tuned")
@@ -52,12 +63,12 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
     name = "-".join(choices[g] for g in ("algo", "env", "platform", "precision")) + f"-s{cfg.seed}"
     validate(cfg, choices)  # before anything is created: a rejected job leaves no run, no store
 
-    tracker: Tracker = instantiate(cfg.tracking)
-    tracker.start(name, tags={**choices, "seed": str(cfg.seed)},
-                  run_id=saved["run_id"] if saved else None)
-    log.info("%s", _start_line(cfg, name, out_dir, tracker, saved))
-    try:
-        with _stop_on_signals() as stop:
+    with _stop_on_signals() as stop:  # before the run opens: a signal never strands it
+        tracker = _tracker(cfg)
+        tracker.start(name, tags={**choices, "seed": str(cfg.seed)},
+                      run_id=saved["run_id"] if saved else None)
+        log.info("%s", _start_line(cfg, name, out_dir, tracker, saved))
+        try:
             if saved is None:
                 tracker.log_params(researcher_params(cfg))
             tracker.set_tags({"numerics_key": numerics_key(cfg),
@@ -67,14 +78,16 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
             results.update(reference_metrics(cfg, choices, results, state.history,
                                              state.history_s, out_dir, tracker, train_twin=run))
             _log_learning_curve(tracker, cfg, state, results, out_dir, name)
-    except KeyboardInterrupt:
-        tracker.end("KILLED")
-        raise
-    except BaseException:
-        tracker.log_text(traceback.format_exc(), "error.txt")
-        tracker.end("FAILED")
-        raise
-    tracker.end("FINISHED")
+        except KeyboardInterrupt as interrupt:
+            if isinstance(interrupt, Stopped) and interrupt.job_dir is None:
+                interrupt.job_dir = str(out_dir)  # where `resume=` goes on
+            tracker.end("KILLED")
+            raise
+        except BaseException:
+            tracker.log_text(traceback.format_exc(), "error.txt")
+            tracker.end("FAILED")
+            raise
+        tracker.end("FINISHED")
     log.info("%s", _end_summary(name, results, out_dir, tracker))
     return {**results, "run_id": tracker.run_id}
 
@@ -110,6 +123,49 @@ def _end_summary(name: str, results: Mapping[str, Any], out_dir: Path, tracker: 
     where = getattr(tracker, "where", lambda: None)()
     return (f"{name} finished: {figures or 'no metrics'} | checkpoint "
             f"{_short(out_dir / checkpoint.FILENAME)}" + (f" | {where}" if where else ""))
+
+
+def _tracker(cfg: DictConfig) -> Tracker:
+    """The job's tracker; a store it cannot write is the Fault itself, not Hydra's wrapper."""
+    try:
+        return instantiate(cfg.tracking)
+    except InstantiationException as error:
+        if isinstance(error.__cause__, Fault):
+            raise error.__cause__ from None
+        raise
+
+
+def _resumed_config(saved: dict[str, Any], composed: DictConfig, choices: Mapping[str, str],
+                    overrides: Sequence[str]) -> DictConfig:
+    """The checkpoint's config with the command line's RESUME_OVERRIDES applied (taken from
+    the composed config); any other override that changes the job is a ConfigError."""
+    cfg = OmegaConf.create(saved["config"])
+    applied, refused = [], []
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key == "resume":
+            continue
+        if key in RESUME_OVERRIDES:
+            OmegaConf.update(cfg, key, OmegaConf.select(composed, key), merge=False)
+            applied.append(override)
+        elif key in saved["choices"]:  # a config group: algo=..., env=...
+            if choices.get(key) != saved["choices"][key]:
+                refused.append(override)
+        elif OmegaConf.select(composed, key, default=None) != OmegaConf.select(cfg, key,
+                                                                              default=None):
+            refused.append(override)
+    if refused:
+        raise ConfigError(
+            f"resume={composed.resume} goes on with the job as it was configured: "
+            f"{' '.join(refused)} would change what it learns; on resume only "
+            f"{', '.join(RESUME_OVERRIDES)} may be set (start a new job for the others)"
+        )
+    at = saved["loop"].step
+    require(cfg.steps >= at, "steps", cfg.steps,
+            f"integers >= {at} on resume (the checkpoint is at step {at})")
+    if applied:
+        log.info("resume=%s with %s", composed.resume, " ".join(applied))
+    return cfg
 
 
 def _train(
@@ -228,10 +284,10 @@ def _save_checkpoint(path: Path, cfg: DictConfig, choices: Mapping[str, str],
 
 
 @contextmanager
-def _stop_on_signals() -> Iterator[threading.Event]:
+def _stop_on_signals() -> Iterator[StopRequest]:
     """SIGINT/SIGTERM ask the loop to stop at the next step (after a checkpoint);
     a second Ctrl-C interrupts at once."""
-    stop = threading.Event()
+    stop = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
@@ -239,8 +295,9 @@ def _stop_on_signals() -> Iterator[threading.Event]:
     def request_stop(signum: int, frame: object) -> None:
         if stop.is_set() and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        log.warning("signal %d: stopping at the next step", signum)
-        stop.set()
+        log.warning("%s: stopping at the next step, after a checkpoint",
+                    signal.Signals(signum).name)
+        stop.request(signum)
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

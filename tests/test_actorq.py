@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -142,6 +143,111 @@ def test_a_failing_actor_raises_and_every_actor_is_stopped():
         pool.close()
     after = {p.pid for p in multiprocessing.active_children()}
     assert after <= before and pool.processes == []
+
+
+def _stopped_actor(pool: ProcessActors, learner) -> int:
+    """Start one actor, ask it for a chunk, and stop it with SIGSTOP; its pid."""
+    pool.start(learner, partial(make_vector_env, "CartPole-v1", "discrete"), seed=0)
+    pool.submit(0, None, 5, 0)
+    pid = pool.processes[0].pid
+    os.kill(pid, signal.SIGSTOP)
+    return pid
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)  # a stopped process takes no other signal
+    except ProcessLookupError:
+        pass
+
+
+def test_an_actor_stopped_by_sigstop_is_named_after_the_timeout_and_killed():
+    learner, _ = _learner_and_envs()
+    pool = ProcessActors(**{**POOL, "timeout_s": 3.0})
+    pid = _stopped_actor(pool, learner)
+    try:
+        start = time.monotonic()
+        with pytest.raises(ActorError, match=rf"actor 0 \(pid {pid}, stopped\) has not answered"
+                                             r".*actors.timeout_s=3"):
+            pool.results()
+        assert 3.0 <= time.monotonic() - start < 15
+        start = time.monotonic()
+        pool.close()
+        assert time.monotonic() - start < 5  # killed at once, not after the polite stop
+        assert not Path(f"/proc/{pid}").exists() and pool.processes == []
+    finally:
+        _kill(pid)
+
+
+def test_a_stop_request_ends_a_wait_on_a_hung_actor():
+    learner, _ = _learner_and_envs()
+    pool = ProcessActors(**{**POOL, "timeout_s": 600.0})
+    pid = _stopped_actor(pool, learner)
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    try:
+        start = time.monotonic()
+        assert pool.results(stop=stop) == []
+        assert time.monotonic() - start < 5
+    finally:
+        _kill(pid)
+        pool.close()
+
+
+def _actor_pids(marker: str) -> list[int]:
+    """The marked processes that are actors (spawned children, not the job or the resource
+    tracker)."""
+    return [pid for pid in _marked_processes(marker)
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+@pytest.mark.parametrize(("signum", "timeout_s"), [(signal.SIGSTOP, 5), (signal.SIGSTOP, 600),
+                                                   (signal.SIGKILL, 600)])
+def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, signum, timeout_s):
+    """An actor stopped by SIGSTOP: after actors.timeout_s the run ends FAILED naming it;
+    before that a SIGTERM stops the job (KILLED) instead of waiting forever. An actor killed
+    outright fails the run in seconds. No process outlives the job."""
+    marker = f"actorq-{uuid.uuid4()}"
+    log = tmp_path / "output.txt"
+    pids: list[int] = []
+    with log.open("w") as output:
+        job = subprocess.Popen(
+            [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}",
+             "scheduler=actorq", "actors.n=1", "actors.pull_every=50", "steps=10000000",
+             "algo.learning_starts=100", "algo.hidden=[16]", "log_every=100",
+             "platform.measure_layers=false", f"actors.timeout_s={timeout_s}"],
+            cwd=tmp_path, stdout=output, stderr=output,
+            env={**os.environ, "HETRL_TEST_MARKER": marker})
+        try:
+            deadline = time.monotonic() + 120
+            while "step 100/" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.5)  # the actor has delivered its first transitions
+            pids = _actor_pids(marker)
+            assert len(pids) == 1, log.read_text()[-3000:]
+            os.kill(pids[0], signum)
+            start = time.monotonic()
+            if signum == signal.SIGSTOP and timeout_s == 600:
+                time.sleep(2)  # the learner waits on the stopped actor
+                job.send_signal(signal.SIGTERM)
+            code = job.wait(timeout=60)
+            waited = time.monotonic() - start
+        finally:
+            job.kill()
+            for pid in pids:
+                _kill(pid)
+    text = log.read_text()
+    assert _all_exit(marker)
+    (run,) = mlflow_runs(tmp_path)
+    if signum == signal.SIGKILL:
+        assert code == 1 and run.info.status == "FAILED", text[-3000:]
+        assert "actor 0 exited (code -9)" in text and waited < 30
+    elif timeout_s == 600:
+        assert code == 143 and run.info.status == "KILLED", text[-3000:]
+        assert waited < 30
+    else:
+        assert code == 1 and run.info.status == "FAILED", text[-3000:]
+        assert f"actor 0 (pid {pids[0]}, stopped) has not answered" in text
+        assert timeout_s <= waited < timeout_s + 30
 
 
 def test_ray_actors_train_a_tiny_job(tmp_path):

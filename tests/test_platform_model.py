@@ -218,3 +218,24 @@ def test_a_disconnected_device_is_named():
     cfg, choices = compose_job("platform=versal", "platform.links=[{between:[ps,pl],bandwidth:1e9}]")
     with pytest.raises(ConfigError, match=r"no route to \['aie'\]"):
         validate(cfg, choices)
+
+
+@pytest.mark.parametrize(("written", "malformed", "named"), [
+    ("mem_bandwidth: 1.0e+11", "mem_bandwidth: fast", "platform.devices.npu.mem_bandwidth"),
+    ("mem_bandwidth: 1.0e+11", "mem_bandwith: 1.0e+11", "platform.devices.npu.mem_bandwith"),
+    ("mem_bandwidth: 1.0e+11", "mem_bandwidth: -1", "platform.devices.npu.mem_bandwidth=-1.0"),
+    ("links:\n  - {between: [cpu, npu], bandwidth: 8.0e+9, latency_s: 1.0e-6}\n", "",
+     "platform.links"),
+    ("  npu:\n", "  npu: 3\n  other:\n", "platform.devices.npu"),
+])
+def test_a_malformed_platform_yaml_is_rejected_with_the_key_path(tmp_path: Path, written,
+                                                                 malformed, named):
+    yaml = MINE.replace("int8", "bfloat16")
+    assert written in yaml
+    (tmp_path / "platform").mkdir()
+    (tmp_path / "platform" / "mine.yaml").write_text(yaml.replace(written, malformed, 1))
+    with pytest.raises(Exception) as err:  # Hydra's composition error or a ConfigError
+        cfg, choices = compose_job(f"hydra.searchpath=[file://{tmp_path}]", "platform=mine",
+                                   "algo=dqn", "env=cartpole")
+        validate(cfg, choices)
+    assert named in str(err.value)

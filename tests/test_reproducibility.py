@@ -7,7 +7,10 @@ import subprocess
 import sys
 import time
 
-from helpers import metric_history, mlflow_runs, run_job, tracking_uri
+from helpers import hetrl_cli, metric_history, mlflow_runs, run_job, tracking_uri
+from mlflow.tracking import MlflowClient
+
+from hetrl import checkpoint
 
 JOB = ("algo=dqn", "env=cartpole", "steps=10000", "algo.learning_starts=500", "algo.train_freq=4",
        "algo.gradient_steps=1", "algo.target_update_interval=100", "log_every=500")
@@ -53,3 +56,72 @@ def test_a_stopped_and_resumed_job_ends_with_the_uninterrupted_curve(tmp_path):
     runs = [r for r in mlflow_runs(tmp_path) if r.info.run_id != reference["run_id"]]
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"  # the same run went on
     assert _returns(tmp_path, runs[0].info.run_id) == expected
+
+
+def test_a_job_killed_after_a_checkpoint_resumes_bit_for_bit_logging_each_step_once(tmp_path):
+    """kill -9 between two checkpoints: the steps after the checkpoint were logged already;
+    the resumed job takes them again (the same values) and logs each step once."""
+    job = (*JOB, "steps=6000", "log_every=250")
+    reference = run_job(tmp_path, *job)
+    expected = _returns(tmp_path, reference["run_id"])
+
+    job_dir = tmp_path / "killed"
+    cli = [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}"]
+    proc = subprocess.Popen([*cli, *job, "checkpoint_every=2500", f"hydra.run.dir={job_dir}"],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        logged = []
+        while time.monotonic() < deadline:
+            runs = [r for r in mlflow_runs(tmp_path) if r.info.run_id != reference["run_id"]]
+            if runs and (job_dir / "checkpoint.pt").exists():
+                logged = metric_history(tmp_path, runs[0].info.run_id, "sps")
+                if logged and logged[-1][0] > 2500:
+                    break
+            time.sleep(0.05)
+        proc.kill()  # kill -9: no handler runs
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    (killed,) = [r for r in mlflow_runs(tmp_path) if r.info.run_id != reference["run_id"]]
+    assert killed.info.status == "RUNNING"  # as kill -9 leaves it
+    at = checkpoint.load(job_dir)["loop"].step
+    logged_to = metric_history(tmp_path, killed.info.run_id, "sps")[-1][0]
+    assert at < logged_to < 6000  # steps after the checkpoint were logged before the kill
+
+    resumed = subprocess.run([*cli, f"resume={job_dir}"], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    (run,) = [r for r in mlflow_runs(tmp_path) if r.info.run_id != reference["run_id"]]
+    assert run.info.status == "FINISHED"
+    steps = [step for step, _ in metric_history(tmp_path, run.info.run_id, "sps")]
+    assert steps == list(range(250, 6001, 250))  # each step once
+    assert _returns(tmp_path, run.info.run_id) == expected  # bit for bit
+
+
+def test_resume_applies_a_longer_budget_and_a_moved_store_and_refuses_the_rest(tmp_path):
+    first = run_job(tmp_path, *JOB, "steps=1000", "log_every=250")
+    job_dir = tmp_path / "job0"
+
+    refused = hetrl_cli(tmp_path, f"resume={job_dir}", "seed=5", "algo.lr=0.1", "env=cartpole",
+                        "steps=2000", timeout=120)
+    assert refused.returncode == 1
+    assert "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    (line,) = [line for line in refused.stderr.splitlines() if line.startswith("error: ")]
+    assert "seed=5 algo.lr=0.1 would change what it learns" in line  # env=cartpole: unchanged
+    assert "steps, log_every, checkpoint_every, tracking.uri" in line
+    shorter = hetrl_cli(tmp_path, f"resume={job_dir}", "steps=500", timeout=120)
+    assert shorter.returncode == 1 and "steps=500 is invalid" in shorter.stderr, shorter.stderr
+
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (tmp_path / "mlflow.db").rename(moved / "mlflow.db")
+    resumed = hetrl_cli(tmp_path, f"resume={job_dir}", "steps=1500",
+                        f"tracking.uri=sqlite:///{moved / 'mlflow.db'}", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert not (tmp_path / "mlflow.db").exists()  # the moved store, not a new one
+    client = MlflowClient(f"sqlite:///{moved / 'mlflow.db'}")
+    run = client.get_run(first["run_id"])
+    assert run.info.status == "FINISHED" and run.data.metrics["updates"] > first["updates"]
+    steps = [m.step for m in client.get_metric_history(first["run_id"], "sps")]
+    assert steps == [250, 500, 750, 1000, 1250, 1500]

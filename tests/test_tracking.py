@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import logging
 
 import pytest
@@ -147,3 +148,45 @@ def test_tracking_tensorboard_writes_scalars_readable_back(tmp_path):
         t.split("/")[0] for t in events.Tags()["tensors"]}
     assert (folder / "artifacts" / "checkpoint.pt").exists()
     assert (folder / "artifacts" / "learning_curve.png").exists()
+
+
+def test_a_sweep_rejected_before_any_job_runs_leaves_no_run(tmp_path):
+    out = hetrl_cli(tmp_path, "-m", "algo=dqn,dqnn", *QUICK[1:], timeout=120)
+    assert out.returncode != 0 and "dqnn" in out.stderr, out.stderr[-3000:]
+    assert not (tmp_path / "mlflow.db").exists() or mlflow_runs(tmp_path) == []
+
+
+SIGTERM_AFTER_FIRST_JOB = """
+import os
+import signal
+
+from hydra.experimental.callback import Callback
+
+
+class SigtermAfterFirstJob(Callback):
+    def on_job_end(self, config, job_return, **kwargs):
+        if config.hydra.job.num == 0:
+            os.kill(os.getpid(), signal.SIGTERM)  # between job 0 and job 1
+"""
+
+
+def test_a_sigterm_between_jobs_ends_the_parent_killed_listing_every_job(tmp_path, client):
+    (tmp_path / "between_jobs.py").write_text(SIGTERM_AFTER_FIRST_JOB)
+    out = hetrl_cli(tmp_path, "-m", *QUICK, "steps=300", "seed=0,1,2",
+                    "+hydra.callbacks.sigterm._target_=between_jobs.SigtermAfterFirstJob",
+                    timeout=300)
+    assert out.returncode == 143, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    assert out.stderr.splitlines()[-1].startswith("stopped by SIGTERM between two jobs")
+    runs = mlflow_runs(tmp_path)
+    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "true"]
+    assert parent.info.status == "KILLED"
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert [c.info.status for c in children] == ["FINISHED"]
+    summary = open(client.download_artifacts(parent.info.run_id, "summary.md", str(tmp_path))).read()
+    assert "3 jobs: 1 finished, 0 failed, 0 killed, 2 not started" in summary
+    with open(client.download_artifacts(parent.info.run_id, "summary.csv", str(tmp_path))) as f:
+        rows = list(csv.DictReader(f))
+    assert [(row["seed"], row["status"], row["steps"]) for row in rows] == [
+        ("0", "FINISHED", "300"), ("1", "NOT_STARTED", "300"), ("2", "NOT_STARTED", "300")]
+

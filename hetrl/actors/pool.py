@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 import gymnasium as gym
@@ -10,6 +11,8 @@ from hetrl.actors.base import Actors
 from hetrl.actors.weights import QuantizeOn
 from hetrl.actors.worker import Chunk
 from hetrl.algos.base import Learner
+
+WAIT_SLICE_S = 0.25  # a blocking wait looks at the stop request and the timeout this often
 
 
 class ActorError(RuntimeError):
@@ -28,10 +31,11 @@ class ActorPool(Actors):
     pool = True
 
     def __init__(self, precision: str, int8_mode: str, per_channel: bool, eval_episodes: int,
-                 n: int, pull_every: int, quantize_on: str) -> None:
+                 n: int, pull_every: int, quantize_on: str, timeout_s: float = 300.0) -> None:
         super().__init__(precision, int8_mode, per_channel, eval_episodes)
         self.n, self.pull_every = n, pull_every
         self.quantize_on = QuantizeOn(quantize_on)
+        self.timeout_s = timeout_s
 
     def start(self, learner: Learner, make_envs: Callable[[], gym.vector.VectorEnv],
               seed: int) -> None:
@@ -43,10 +47,18 @@ class ActorPool(Actors):
         vector-env steps."""
         raise NotImplementedError
 
-    def results(self, block: bool = True) -> list[Chunk]:
-        """The chunks finished since the last call (with `block`, waits until there is
-        one)."""
+    def results(self, block: bool = True, stop: threading.Event | None = None) -> list[Chunk]:
+        """The chunks finished since the last call (with `block`, waits until there is one,
+        or until `stop` is set: then it may return none). Waits in slices of WAIT_SLICE_S;
+        an actor that has not answered a chunk within `timeout_s` of its submission raises
+        an ActorError naming it."""
         raise NotImplementedError
+
+    def hung_error(self, rank: int, waited_s: float, detail: str = "") -> ActorError:
+        return ActorError(
+            f"actor {rank}{detail} has not answered its chunk in {waited_s:.0f} s "
+            f"(actors.timeout_s={self.timeout_s:g}): it hangs or was stopped; the run stops "
+            "(raise actors.timeout_s if its chunks take that long)")
 
     def close(self) -> None:
         raise NotImplementedError

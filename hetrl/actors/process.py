@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import signal
+import threading
 import traceback
 from multiprocessing.connection import Connection, wait
 from time import perf_counter
@@ -18,7 +19,7 @@ from typing import Callable
 
 import gymnasium as gym
 
-from hetrl.actors.pool import ActorError, ActorPool
+from hetrl.actors.pool import WAIT_SLICE_S, ActorError, ActorPool
 from hetrl.actors.worker import ActorWorker, Chunk, cpu_copy
 from hetrl.algos.base import Learner
 from hetrl.quant import QuantSpec
@@ -55,6 +56,8 @@ class ProcessActors(ActorPool):
         self.start_method = start_method
         self.processes: list[mp.process.BaseProcess] = []
         self.conns: list[Connection] = []
+        self.submitted: dict[int, float] = {}  # rank -> when its unanswered chunk was asked
+        self.hung: set[int] = set()  # ranks found hung: killed at once by close()
 
     def start(self, learner: Learner, make_envs: Callable[[], gym.vector.VectorEnv],
               seed: int) -> None:
@@ -72,22 +75,44 @@ class ProcessActors(ActorPool):
 
     def submit(self, rank: int, payload: bytes | None, steps: int, step: int) -> None:
         self.conns[rank].send(("collect", payload, steps, step))
+        self.submitted[rank] = perf_counter()
 
-    def results(self, block: bool = True) -> list[Chunk]:
-        chunks = []
-        for conn in wait(self.conns, timeout=None if block else 0):
-            try:
-                kind, body = conn.recv()
-            except (EOFError, OSError):
+    def results(self, block: bool = True, stop: threading.Event | None = None) -> list[Chunk]:
+        chunks: list[Chunk] = []
+        while True:
+            ready = wait(self.conns, timeout=WAIT_SLICE_S if block else 0)
+            for conn in ready:
                 rank = self.conns.index(conn)
-                raise ActorError(f"actor {rank} exited (code {self.processes[rank].exitcode})")
-            if kind == "error":
-                raise ActorError(body)
-            chunks.append(body)
-        return chunks
+                try:
+                    kind, body = conn.recv()
+                except (EOFError, OSError):
+                    self.processes[rank].join(timeout=1.0)  # its exit code, once reaped
+                    raise ActorError(f"actor {rank} exited (code "
+                                     f"{self.processes[rank].exitcode})") from None
+                if kind == "error":
+                    raise ActorError(body)
+                self.submitted.pop(rank, None)
+                chunks.append(body)
+            self._check_answered(ready)
+            if chunks or not block or (stop is not None and stop.is_set()):
+                return chunks
+
+    def _check_answered(self, ready: list) -> None:
+        """Raise for an actor whose chunk is overdue and has sent nothing (a chunk sent but
+        not yet read would have made its pipe ready)."""
+        now = perf_counter()
+        for rank, since in self.submitted.items():
+            if self.conns[rank] not in ready and now - since > self.timeout_s:
+                self.hung.add(rank)
+                process = self.processes[rank]
+                raise self.hung_error(rank, now - since,
+                                      f" (pid {process.pid}, {_state(process.pid)})")
 
     def close(self) -> None:
-        """Stop every actor: ask, drain what they still send, then terminate stragglers."""
+        """Stop every actor: kill the hung ones, ask the others, drain what they still send,
+        then terminate stragglers."""
+        for rank in self.hung:
+            self.processes[rank].kill()  # a stopped process takes no other signal
         for conn in self.conns:
             try:
                 conn.send(("stop",))
@@ -112,3 +137,14 @@ class ProcessActors(ActorPool):
         for conn in self.conns:
             conn.close()
         self.processes, self.conns = [], []
+        self.submitted, self.hung = {}, set()
+
+
+def _state(pid: int | None) -> str:
+    """A process's state as Linux tells it (stopped, sleeping, ...), where it does."""
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "state unknown"
+    return {"T": "stopped", "t": "stopped by a tracer", "S": "sleeping", "R": "running",
+            "D": "in uninterruptible sleep", "Z": "a zombie"}.get(state, f"state {state}")

@@ -4,12 +4,13 @@ each actor itself, so its `pull_s` is Ray's fetch of the object."""
 
 from __future__ import annotations
 
+import threading
 from time import perf_counter
 from typing import Any, Callable
 
 import gymnasium as gym
 
-from hetrl.actors.pool import ActorPool
+from hetrl.actors.pool import WAIT_SLICE_S, ActorPool
 from hetrl.actors.worker import ActorWorker, Chunk, cpu_copy
 from hetrl.algos.base import Learner
 
@@ -33,7 +34,7 @@ class RayActors(ActorPool):
         super().__init__(**pool)
         self.address = address
         self.handles: list[Any] = []
-        self.pending: dict[Any, int] = {}  # result ref -> rank
+        self.pending: dict[Any, tuple[int, float]] = {}  # result ref -> rank, when asked
         self.started_ray = False
         self._message: tuple[bytes, Any] | None = None  # the last payload and its ref
 
@@ -56,17 +57,24 @@ class RayActors(ActorPool):
         if payload is not None and (self._message is None or self._message[0] is not payload):
             self._message = (payload, ray.put(payload))
         message = [] if payload is None else [self._message[1]]
-        self.pending[self.handles[rank].collect.remote(message, steps, step)] = rank
+        self.pending[self.handles[rank].collect.remote(message, steps, step)] = (
+            rank, perf_counter())
 
-    def results(self, block: bool = True) -> list[Chunk]:
+    def results(self, block: bool = True, stop: threading.Event | None = None) -> list[Chunk]:
         import ray
 
-        if not self.pending:
-            return []
-        ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=None if block else 0)
-        for ref in ready:
-            del self.pending[ref]
-        return ray.get(ready)
+        while self.pending:
+            ready, _ = ray.wait(list(self.pending), num_returns=1,
+                                timeout=WAIT_SLICE_S if block else 0)
+            now = perf_counter()
+            for ref, (rank, since) in self.pending.items():
+                if ref not in ready and now - since > self.timeout_s:
+                    raise self.hung_error(rank, now - since)
+            for ref in ready:
+                del self.pending[ref]
+            if ready or not block or (stop is not None and stop.is_set()):
+                return ray.get(ready)
+        return []
 
     def close(self) -> None:
         import ray

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -43,10 +44,15 @@ class ActorPoolConfig(ActorsConfig):
     n: int = 2
     pull_every: int = 1000  # actor env steps between pulls (QuaRL: 1000, 100, 30)
     quantize_on: str = "learner"  # learner (q_c) | actor (q)
+    # seconds an actor may take to answer a chunk (its first one includes its start) before
+    # the run fails naming it as hung
+    timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.n >= 1, "actors.n", self.n, "integers >= 1")
+        require(self.timeout_s > 0 and math.isfinite(self.timeout_s), "actors.timeout_s",
+                self.timeout_s, "finite seconds > 0")
         require(self.pull_every >= 1, "actors.pull_every", self.pull_every, "integers >= 1")
         require(self.quantize_on in ("learner", "actor"), "actors.quantize_on",
                 self.quantize_on, "'learner' (q_c) or 'actor' (q)")

@@ -22,10 +22,10 @@ from hetrl.actors.pool import ActorPool
 from hetrl.actors.weights import publish
 from hetrl.actors.worker import Chunk
 from hetrl.algos.base import OffPolicyLearner
+from hetrl.config.enums import Agents
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.state import LoopState, PhaseTimer
 from hetrl.scheduler.updates import Updates
-from hetrl.config.enums import Agents
 
 
 class ActorQScheduler:
@@ -67,7 +67,7 @@ class ActorQScheduler:
             learner is behind (a chunk waits already): then the pull waits until the learner
             starts on that actor's chunk. This bounds how far the actors run ahead of the
             learner (the paper's samples-per-insert rate limiter, in chunks)."""
-            for chunk in pool.results(block):
+            for chunk in pool.results(block, stop=t.stop):
                 if backlog:
                     deferred.add(chunk.rank)
                 else:
@@ -82,6 +82,9 @@ class ActorQScheduler:
                 if not backlog:
                     with timer("wait"):
                         serve(block=True)
+                    if not backlog:  # a stop request cut the wait short
+                        boundary(0, state.obs, learner_metrics)  # checkpoints, then stops
+                        continue
                 chunk = backlog.popleft()
                 if chunk.rank in deferred:
                     deferred.discard(chunk.rank)

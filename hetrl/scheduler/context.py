@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import signal
 import threading
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -13,13 +14,10 @@ import numpy as np
 
 from hetrl.actors.base import Actors
 from hetrl.algos.base import Learner
+from hetrl.faults import Stopped
 from hetrl.precision.base import Precision
 from hetrl.replay.base import Replay
 from hetrl.scheduler.state import LoopState
-
-
-class Stopped(KeyboardInterrupt):
-    """The loop stopped at a step boundary on request (Ctrl-C, SIGTERM), after a checkpoint."""
 
 
 class NonFiniteLoss(RuntimeError):
@@ -119,7 +117,7 @@ class StepBoundary:
             state.obs = obs
         if t.stop.is_set():
             t.checkpoint(state)
-            raise Stopped(f"stopped at step {state.step}")
+            raise Stopped(getattr(t.stop, "signum", signal.SIGINT), state.step)
         if log_due:
             metrics = loop_metrics(state, t.learner, learner_metrics)
             if "return_mean_100" in metrics:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Mapping
@@ -16,6 +17,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME  # noqa: E402
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH  # noqa: E402
 
+from hetrl.faults import Fault  # noqa: E402
 from hetrl.tracking.metadata import system_tags  # noqa: E402
 
 _BATCH = 100  # MLflow's limit of params per log_batch call
@@ -31,12 +33,13 @@ def client_for(uri: str, experiment: str) -> tuple[MlflowClient, str]:
     """A client for `uri` and the id of `experiment`, created on first use.
 
     A relative sqlite path is relative to the working directory; its folder is created,
-    and artifacts go to `mlartifacts/` beside the database.
+    and artifacts go to `mlartifacts/` beside the database. A folder that cannot be written
+    is named at once (MLflow would retry for ~100 s, then say "unable to open database file").
     """
     artifact_location = None
     if uri.startswith("sqlite:///"):
         db = Path(uri.removeprefix("sqlite:///"))
-        db.parent.mkdir(parents=True, exist_ok=True)
+        _check_writable(db, uri)
         artifact_location = (db.parent / "mlartifacts").resolve().as_uri()
     client = MlflowClient(tracking_uri=uri)
     found = client.get_experiment_by_name(experiment)
@@ -60,6 +63,26 @@ def ui_url(uri: str, experiment_id: str, run_id: str | None = None) -> str:
     return f"{page}  (serve it: mlflow ui --backend-store-uri {uri})"
 
 
+def _check_writable(db: Path, uri: str) -> None:
+    """Create the database's folder and write a file there (root ignores permission bits,
+    a read-only mount does not), or raise a Fault naming the folder."""
+    folder = db.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+        if db.exists():
+            with db.open("r+b"):
+                pass
+    except OSError as error:
+        where = db if db.exists() and folder.is_dir() else folder
+        raise Fault(
+            f"tracking.uri={uri}: cannot write to {where} ({error.strerror or error}); make it "
+            "writable, or choose a writable place: tracking.uri=sqlite:///<folder>/mlflow.db "
+            "(or tracking=none)"
+        ) from error
+
+
 class MlflowTracker:
     def __init__(self, uri: str, experiment: str, parent_run_id: str | None = None,
                  system_metrics_s: float = 10.0) -> None:
@@ -69,11 +92,13 @@ class MlflowTracker:
         self.system_metrics_s = system_metrics_s
         self.run_id: str | None = None
         self._monitor = None
+        self.logged_to = -1  # metrics at steps up to this one are in the run already
 
     def start(self, name: str, tags: Mapping[str, str], run_id: str | None = None) -> None:
         if run_id is not None:  # resume: the same run goes on
             self.client.update_run(run_id, status="RUNNING")
             self.run_id = run_id
+            self.logged_to = self._last_step()
         else:
             tags = {MLFLOW_RUN_NAME: name, **system_tags(name), **tags}
             if self.parent_run_id:
@@ -119,7 +144,17 @@ class MlflowTracker:
         )
         return runs[0].data.metrics.get(metric) if runs else None
 
+    def _last_step(self) -> int:
+        """The last step the run has metrics at: a job resumed from a checkpoint older than
+        that (killed after it) repeats those steps, and logs each of them only once (the
+        values are the same: a resumed job goes on bit for bit)."""
+        keys = self.client.get_run(self.run_id).data.metrics
+        return max((m.step for key in keys for m in self.client.get_metric_history(
+            self.run_id, key)), default=-1)
+
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        if step <= self.logged_to:
+            return
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
         for i in range(0, len(items), 1000):

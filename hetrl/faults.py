@@ -1,0 +1,53 @@
+"""How a job ends other than by finishing, each told in one line: faults outside its config
+that stop it (a torn checkpoint, a full disk, a tracking store that cannot be written), each
+naming the file and what to do; and stops on request (Ctrl-C, SIGTERM), naming the command
+that goes on. Light to import: `python -m hetrl` catches these before torch is loaded."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+
+class Fault(RuntimeError):
+    """The job cannot go on for a reason outside its config; the message names the file and
+    what to do."""
+
+
+class StopRequest(threading.Event):
+    """Set by a signal handler: the loop checkpoints and stops at its next step boundary.
+    `signum` is the signal that asked (SIGINT for Ctrl-C, SIGTERM)."""
+
+    signum: int = signal.SIGINT
+
+    def request(self, signum: int) -> None:
+        self.signum = signum
+        self.set()
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop on request (Ctrl-C, SIGTERM): the loop stopped at a step boundary after a
+    checkpoint (`step`; `job_dir` holds it once the job knows where it is), or a sweep
+    stopped between its jobs (`step` None)."""
+
+    def __init__(self, signum: int, step: int | None = None, job_dir: str | None = None) -> None:
+        super().__init__(signum, step)
+        self.signum, self.step, self.job_dir = signum, step, job_dir
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # the shell's code for a death by that signal: 130, 143
+
+    def describe(self) -> str:
+        """One line: what stopped, where, and the command that goes on."""
+        name = signal.Signals(self.signum).name
+        if self.step is None:
+            return (f"stopped by {name} between two jobs of the sweep; its parent run ends "
+                    "KILLED, its summary lists the jobs that did not run")
+        text = f"stopped at step {self.step} by {name}, after a checkpoint"
+        if self.job_dir is not None:
+            text += f"; go on with: python -m hetrl resume={self.job_dir}"
+        return text

@@ -1,0 +1,145 @@
+"""Faults name the fault: a torn checkpoint, a full disk, an unwritable store and a stop by
+signal each end in one line naming the file and what to do, not a traceback."""
+
+from __future__ import annotations
+
+import errno
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from helpers import hetrl_cli, mlflow_runs, run_job, tracking_uri
+
+from hetrl import checkpoint
+from hetrl.faults import Fault
+from hetrl.tracking.mlflow import client_for
+
+QUICK = ("algo=dqn", "env=cartpole", "steps=300", "algo.learning_starts=100", "log_every=100",
+         "platform.measure_layers=false")
+
+
+def _one_line_error(out: subprocess.CompletedProcess) -> str:
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr and "Error executing job" not in out.stderr, out.stderr
+    (line,) = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+    return line
+
+
+def test_a_truncated_checkpoint_is_named_with_what_to_do(tmp_path):
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    path = job_dir / checkpoint.FILENAME
+    torch.save({"weights": torch.zeros(10_000)}, path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(Fault, match="truncated or corrupt"):
+        checkpoint.load(job_dir)
+
+    line = _one_line_error(hetrl_cli(tmp_path, f"resume={job_dir}", timeout=120))
+    assert str(path) in line and "truncated or corrupt" in line and "start the job afresh" in line
+
+
+@pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"),
+                                   RuntimeError("basic_ios::clear: iostream error")])
+def test_a_full_disk_names_the_checkpoint_and_keeps_the_previous_one(tmp_path, monkeypatch,
+                                                                     error):
+    path = tmp_path / checkpoint.FILENAME
+    checkpoint.save(path, {"step": 1})
+
+    def full_disk(state, file):
+        open(file, "wb").write(b"torn")  # as a write that ran out of room
+        raise error
+
+    monkeypatch.setattr(checkpoint.torch, "save", full_disk)
+    with pytest.raises(Fault) as fault:
+        checkpoint.save(path, {"step": 2})
+    message = str(fault.value)
+    assert "\n" not in message and str(path) in message and "the disk is full" in message
+    assert f"resume={tmp_path}" in message and "previous checkpoint is kept" in message
+    monkeypatch.undo()
+    assert checkpoint.load(tmp_path) == {"step": 1}  # the previous checkpoint, whole
+    assert not path.with_suffix(".tmp").exists()
+
+
+KILLED_MID_WRITE = """
+import os, signal, sys
+from pathlib import Path
+
+import torch
+
+from hetrl import checkpoint
+
+
+def killed_mid_write(state, file):
+    real_save(state, file)
+    with open(file, "r+b") as f:  # half of it on disk when the kill lands
+        f.truncate(os.path.getsize(file) // 2)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+real_save, torch.save = torch.save, killed_mid_write
+checkpoint.save(Path(sys.argv[1]), {"step": 2, "weights": torch.ones(10_000)})
+"""
+
+
+def test_a_kill_during_a_checkpoint_write_keeps_the_previous_checkpoint(tmp_path):
+    path = tmp_path / checkpoint.FILENAME
+    checkpoint.save(path, {"step": 1})
+    killed = subprocess.run([sys.executable, "-c", KILLED_MID_WRITE, str(path)],
+                            capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert path.with_suffix(".tmp").exists()  # the torn write, beside the checkpoint
+    assert checkpoint.load(tmp_path) == {"step": 1}
+    checkpoint.save(path, {"step": 3})  # the next checkpoint writes over the torn file
+    assert checkpoint.load(tmp_path) == {"step": 3}
+
+
+def test_a_job_whose_checkpoint_cannot_be_written_fails_naming_it(tmp_path, monkeypatch):
+    def full_disk(state, file):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.torch, "save", full_disk)
+    with pytest.raises(Fault, match="checkpoint.pt: the disk is full"):
+        run_job(tmp_path, *QUICK)
+    assert [r.info.status for r in mlflow_runs(tmp_path)] == ["FAILED"]
+
+
+def test_an_unwritable_tracking_folder_is_named_at_once(tmp_path):
+    in_the_way = tmp_path / "a_file"
+    in_the_way.write_text("")
+    for uri, folder in ((f"sqlite:///{in_the_way}/mlflow.db", in_the_way),
+                        ("sqlite:////sys/fs/mlflow.db", "/sys/fs")):  # read-only, even for root
+        with pytest.raises(Fault, match=f"cannot write to {folder} .*tracking.uri=sqlite"):
+            client_for(uri, "hetrl")
+
+    start = time.monotonic()
+    line = _one_line_error(hetrl_cli(tmp_path, *QUICK, "tracking.uri=sqlite:////sys/fs/mlflow.db",
+                                     timeout=120))
+    assert "cannot write to /sys/fs" in line
+    assert time.monotonic() - start < 60  # not MLflow's ~100 s of retries
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stop_by_signal_exits_with_its_code_and_the_resume_command(tmp_path, signum, code):
+    job_dir = tmp_path / "job"
+    log = tmp_path / "output.txt"
+    with log.open("w") as output:
+        job = subprocess.Popen(
+            [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}", *QUICK,
+             "steps=1000000", f"hydra.run.dir={job_dir}"],
+            cwd=tmp_path, stdout=output, stderr=output)
+        try:
+            deadline = time.monotonic() + 120
+            while "step 200/" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            job.send_signal(signum)
+            assert job.wait(timeout=60) == code, log.read_text()[-3000:]
+        finally:
+            job.kill()
+    text = log.read_text()
+    assert "Traceback" not in text, text[-3000:]
+    assert text.splitlines()[-1].endswith(f"go on with: python -m hetrl resume={job_dir}"), text
+    assert (job_dir / checkpoint.FILENAME).is_file()
+    assert [r.info.status for r in mlflow_runs(tmp_path)] == ["KILLED"]
