@@ -86,33 +86,45 @@ def _set_loop(tree: np.ndarray, offset: int, fanout: int, idx: np.ndarray,
 
 def _find_loop(tree: np.ndarray, fanout: int, depth: int, x: np.ndarray,
                out: np.ndarray) -> None:
-    """Level by level over the batch (not sample by sample): the batch's walks are
-    independent, so the CPU overlaps their memory reads and mispredicted branches."""
+    """Level by level over the batch (not sample by sample): the walks are independent, so
+    the CPU overlaps their memory reads. Nodes of F ≤ 16 count the children passed
+    without a branch (no mispredictions); wide ones stop at the chosen child (half the reads
+    on average). Both give the same child and the same remainder."""
     n = len(x)
     u = x.copy()
     out[:] = 0
+    scan = fanout > 16
     for _ in range(depth):
         for k in range(n):
             first = out[k] * fanout + 1
             uk = u[k]
             prefix = 0.0
-            chosen = -1
-            for c in range(first, first + fanout):
+            before = 0.0
+            j = 0
+            if scan:
+                while j < fanout:
+                    after = prefix + tree[first + j]
+                    if uk < after:
+                        break
+                    prefix = after
+                    j += 1
                 before = prefix
-                prefix += tree[c]
-                if uk < prefix:
-                    chosen = c
-                    uk -= before
-                    break
-            if chosen < 0:  # rounding ran past every child: the last one holding any
-                chosen = first + fanout - 1
-                while chosen >= first and tree[chosen] <= 0:
-                    chosen -= 1
-                if chosen < first:  # none holds any (an empty tree): the last, as numpy's
-                    chosen = first + fanout - 1
-                uk = np.inf
-            u[k] = uk
-            out[k] = chosen
+            else:
+                for c in range(first, first + fanout):
+                    prefix += tree[c]
+                    past = uk >= prefix
+                    j += past
+                    before = prefix if past else before
+            if j == fanout:  # rounding ran past every child: the last one holding any
+                j = fanout - 1
+                while j >= 0 and tree[first + j] <= 0:
+                    j -= 1
+                if j < 0:  # none holds any (an empty tree): the last, as numpy's
+                    j = fanout - 1
+                u[k] = np.inf
+            else:
+                u[k] = uk - before
+            out[k] = first + j
 
 
 def _stratified_loop(tree: np.ndarray, fanout: int, depth: int, draws: np.ndarray,
