@@ -21,15 +21,16 @@ samples (tests/test_sumtree.py).
 
 from __future__ import annotations
 
+import importlib.util
+import time
+from functools import cache
+from types import SimpleNamespace
+
 import numpy as np
 
-try:
-    import numba
-except ImportError:  # the numpy path alone (numba is a dependency; this keeps a bare env working)
-    numba = None
-
-COMPILED = numba is not None
-"""Whether the numba kernels are available (`SumTree(compiled=None)` uses them if so)."""
+COMPILED = importlib.util.find_spec("numba") is not None
+"""Whether numba is installed (`SumTree(compiled=None)` uses its kernels if so; it is a
+dependency, and the numpy path alone keeps a bare env working)."""
 
 
 # ---- numpy: the reference --------------------------------------------------------------
@@ -134,28 +135,39 @@ def _stratified_loop(tree: np.ndarray, fanout: int, depth: int, draws: np.ndarra
     x = np.empty(n)
     for k in range(n):
         x[k] = (k + draws[k]) * tree[0] / n
-    _find_loop_jit(tree, fanout, depth, x, out)
+    _find_jit(tree, fanout, depth, x, out)
 
 
-if numba is not None:
-    _set_jit = numba.njit(cache=True, nogil=True)(_set_loop)
-    _find_loop_jit = numba.njit(cache=True, nogil=True)(_find_loop)
-    _stratified_jit = numba.njit(cache=True, nogil=True)(_stratified_loop)
+_find_jit = None  # the jitted _find_loop, which the jitted _stratified_loop calls
+
+
+@cache
+def _kernels() -> SimpleNamespace:
+    """The jitted kernels, made on first use (importing numba takes a few tenths of a
+    second; a process whose trees stay in numpy never pays it). `cache=True`: compiled
+    once, then loaded from numba's cache (`__pycache__`, or NUMBA_CACHE_DIR) by every
+    process."""
+    global _find_jit
+    import numba
+
+    jit = numba.njit(cache=True, nogil=True)
+    _find_jit = jit(_find_loop)
+    return SimpleNamespace(set=jit(_set_loop), find=_find_jit,
+                           stratified=jit(_stratified_loop))
 
 
 def compile_kernels() -> float:
     """Compile (or load from numba's cache) the kernels for the tree's array types; the
     seconds it took. The first call of a kernel in a process pays this, so a timing leaves it
     out by calling this first."""
-    import time
-
     start = time.perf_counter()
-    if numba is not None:
+    if COMPILED:
+        kernels = _kernels()
         tree = np.zeros(3)
         idx, out = np.zeros(1, np.int64), np.zeros(1, np.int64)
-        _set_jit(tree, 1, 2, idx, np.ones(1))
-        _find_loop_jit(tree, 2, 1, np.zeros(1), out)
-        _stratified_jit(tree, 2, 1, np.zeros(1), out)
+        kernels.set(tree, 1, 2, idx, np.ones(1))
+        kernels.find(tree, 2, 1, np.zeros(1), out)
+        kernels.stratified(tree, 2, 1, np.zeros(1), out)
     return time.perf_counter() - start
 
 
@@ -174,7 +186,7 @@ class SumTree:
     def __init__(self, capacity: int, fanout: int = 2, compiled: bool | None = None) -> None:
         if capacity < 1 or fanout < 2:
             raise ValueError(f"capacity {capacity} (>= 1) and fanout {fanout} (>= 2)")
-        if compiled and numba is None:
+        if compiled and not COMPILED:
             raise ImportError("SumTree(compiled=True) needs numba: pip install numba")
         self.capacity, self.fanout = capacity, fanout
         self.compiled = COMPILED if compiled is None else compiled
@@ -201,7 +213,7 @@ class SumTree:
         if len(idx) == 0:
             return
         if self.compiled:
-            _set_jit(self.tree, self.offset, self.fanout, idx, values)
+            _kernels().set(self.tree, self.offset, self.fanout, idx, values)
         else:
             _set_numpy(self.tree, self.offset, self.fanout, idx, values)
 
@@ -211,7 +223,7 @@ class SumTree:
         x = np.ascontiguousarray(prefix, dtype=np.float64)
         if self.compiled:
             nodes = np.empty(len(x), dtype=np.int64)
-            _find_loop_jit(self.tree, self.fanout, self.depth, x, nodes)
+            _kernels().find(self.tree, self.fanout, self.depth, x, nodes)
         else:
             nodes = _find_numpy(self.tree, self.fanout, self.depth, x)
         return nodes - self.offset
@@ -222,6 +234,6 @@ class SumTree:
         draws = np.ascontiguousarray(draws, dtype=np.float64)
         if self.compiled:
             nodes = np.empty(len(draws), dtype=np.int64)
-            _stratified_jit(self.tree, self.fanout, self.depth, draws, nodes)
+            _kernels().stratified(self.tree, self.fanout, self.depth, draws, nodes)
             return nodes - self.offset
         return self.find((np.arange(len(draws)) + draws) * self.tree[0] / len(draws))
