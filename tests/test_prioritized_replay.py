@@ -120,12 +120,13 @@ def test_each_learner_weighs_its_td_loss_by_the_importance_weights(algo):
     assert not metrics["td_errors"].requires_grad
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ALGOS)
 def test_each_learner_trains_with_replay_prioritized(algo, tmp_path):
     result = run_job(tmp_path, f"algo={algo}", f"env={ALGOS[algo]}", "replay=prioritized",
                      "steps=300", "log_every=150", "algo.learning_starts=100",
                      "algo.batch_size=16", "algo.hidden=[16]", "algo.train_freq=4",
-                     "algo.gradient_steps=1")
+                     "algo.gradient_steps=1", "algo.policy_hidden=null")
     assert result["updates"] > 0 and result["phase/priority_update_s"] > 0
 
 
