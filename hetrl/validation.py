@@ -35,6 +35,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     _check_algo_fits_env(cfg, choices)
     _check_algo_fits_scheduler(cfg, choices)
     _check_replay_fits_env(cfg, choices)
+    _check_replay_fits_algo(cfg, choices)
     _check_algo_fits_platform(cfg, choices)
     _check_precision_fits_platform(cfg, choices)
     _check_actors_fit_scheduler(cfg, choices)
@@ -145,6 +146,22 @@ def _check_replay_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
                 f"refs × replay.sampler.neighbors ({neighbors}) = algo.batch_size ({batch})")
         require(neighbors <= cfg.replay.capacity, "replay.sampler.neighbors", neighbors,
                 f"integers in [1, replay.capacity = {cfg.replay.capacity}]")
+
+
+def _check_replay_fits_algo(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    """A prioritized replay (the class flag `prioritized`) draws batches for a learner that
+    trains from a replay and hands back TD errors: an off-policy one."""
+    learner = get_class(cfg.algo._target_)
+    if getattr(get_class(cfg.replay._target_), "prioritized", False) and learner.on_policy:
+        space, agents = ActionSpace(cfg.env.action_space), Agents(cfg.env.agents)
+        off_policy = [a for a in algos_for(space, agents) if a in algos_for_loop(False)]
+        replays = [r for r in replays_for(agents)
+                   if not getattr(option_class("replay", r), "prioritized", False)]
+        raise ConfigError(
+            f"replay={choices['replay']} weighs an off-policy learner's TD loss, but "
+            f"algo={choices['algo']} is on-policy (it trains on its own rollouts, with no "
+            f"replay): choose replay from {replays} or algo from {off_policy}"
+        )
 
 
 def _check_algo_fits_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> None:

@@ -28,6 +28,21 @@ class Batch(NamedTuple):
     discounts: torch.Tensor | None = None
 
 
+def weighted_mean(losses: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """The mean of per-row losses, each weighed by its importance weight when the batch is
+    prioritized (`batch.weights`; None: the plain mean)."""
+    return losses.mean() if weights is None else (losses * weights).mean()
+
+
+def with_td_errors(metrics: dict[str, torch.Tensor], batch: Batch,
+                   td_errors: torch.Tensor) -> dict[str, torch.Tensor]:
+    """`metrics`, plus the rows' TD errors when the batch is prioritized: the update step
+    hands them back to the replay as new priorities."""
+    if batch.weights is not None:
+        metrics["td_errors"] = td_errors.detach()
+    return metrics
+
+
 class Learner(nn.Module):
     """Networks plus an update rule. Subclasses set `action_space` and implement
     `act` and `update`; their networks and optimizers are found by attribute. A learner is

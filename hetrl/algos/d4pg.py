@@ -11,7 +11,7 @@ from __future__ import annotations
 import gymnasium as gym
 import torch
 
-from hetrl.algos.base import Batch
+from hetrl.algos.base import Batch, weighted_mean, with_td_errors
 from hetrl.algos.ddpg import DDPG
 from hetrl.algos.networks import DistributionalCritic, adam, flat_dim, frozen_copy, polyak_update
 
@@ -69,7 +69,8 @@ class D4PG(DDPG):
             target = project(self.support, next_logits.softmax(dim=1), batch.rewards, discounts)
 
         logits = self.critic(batch.obs, batch.actions)
-        critic_loss = -(target * logits.log_softmax(dim=1)).sum(dim=1).mean()
+        cross_entropy = -(target * logits.log_softmax(dim=1)).sum(dim=1)
+        critic_loss = weighted_mean(cross_entropy, batch.weights)
         self.optimize(self.critic_optimizer, critic_loss)
 
         actor_loss = -self.q_value(self.critic(batch.obs, self.actor(batch.obs))).mean()
@@ -78,5 +79,9 @@ class D4PG(DDPG):
         polyak_update(self.critic_target, self.critic, self.tau)
         polyak_update(self.actor_target, self.actor, self.tau)
         self.updates += 1
-        return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
-                "q_mean": self.q_value(logits.detach()).mean()}
+        q = self.q_value(logits.detach())
+        # the TD error of the distributions' means: E[r + discount · Z'] − Q(s, a)
+        td_error = q - (target * self.support).sum(dim=1)
+        return with_td_errors({"critic_loss": critic_loss.detach(),
+                               "actor_loss": actor_loss.detach(), "q_mean": q.mean()},
+                              batch, td_error)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from hetrl.algos.base import Batch, OffPolicyLearner
+from hetrl.algos.base import Batch, OffPolicyLearner, weighted_mean, with_td_errors
 from hetrl.algos.networks import Actor, QCritic, adam, flat_dim, frozen_copy, polyak_update
 from hetrl.algos.noise import ActionNoise
 from hetrl.config.enums import ActionSpace
@@ -68,7 +67,7 @@ class DDPG(OffPolicyLearner):
             td_target = batch.rewards + self.gamma * (1.0 - batch.terminated) * next_q
 
         q = self.critic(batch.obs, batch.actions)
-        critic_loss = F.mse_loss(q, td_target)
+        critic_loss = weighted_mean((q - td_target).pow(2), batch.weights)
         self.optimize(self.critic_optimizer, critic_loss)
 
         actor_loss = -self.critic(batch.obs, self.actor(batch.obs)).mean()
@@ -77,5 +76,6 @@ class DDPG(OffPolicyLearner):
         polyak_update(self.critic_target, self.critic, self.tau)
         polyak_update(self.actor_target, self.actor, self.tau)
         self.updates += 1
-        return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
-                "q_mean": q.detach().mean()}
+        return with_td_errors({"critic_loss": critic_loss.detach(),
+                               "actor_loss": actor_loss.detach(), "q_mean": q.detach().mean()},
+                              batch, q - td_target)

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hetrl.algos.base import Batch, OffPolicyLearner
+from hetrl.algos.base import Batch, OffPolicyLearner, weighted_mean, with_td_errors
 from hetrl.algos.networks import adam, frozen_copy, network
 from hetrl.config.enums import ActionSpace
 from hetrl.partition.graph import TaskGraph
@@ -77,11 +77,12 @@ class DQN(OffPolicyLearner):
             td_target = batch.rewards + self.gamma * (1.0 - batch.terminated) * next_value
 
         q = self.q(batch.obs).gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
-        loss = F.smooth_l1_loss(q, td_target)
+        loss = weighted_mean(F.smooth_l1_loss(q, td_target, reduction="none"), batch.weights)
 
         self.optimize(self.optimizer, loss, max_grad_norm=self.max_grad_norm)
 
         self.updates += 1
         if self.updates % self.target_update_interval == 0:
             self.q_target.load_state_dict(self.q.state_dict())
-        return {"loss": loss.detach(), "q_mean": q.detach().mean()}
+        return with_td_errors({"loss": loss.detach(), "q_mean": q.detach().mean()}, batch,
+                              q - td_target)

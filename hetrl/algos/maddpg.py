@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hetrl.algos.base import Batch, OffPolicyLearner
+from hetrl.algos.base import Batch, OffPolicyLearner, weighted_mean
 from hetrl.algos.networks import adam, frozen, frozen_copy, mlp, polyak_update
 from hetrl.config.enums import ActionSpace, Agents
 
@@ -128,5 +128,4 @@ class MADDPG(OffPolicyLearner):
 
 def _weighted_mse(td_error: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
     """Mean squared TD error, weighted by importance weights when the batch has them."""
-    squared = td_error.pow(2)
-    return (squared * weights).mean() if weights is not None else squared.mean()
+    return weighted_mean(td_error.pow(2), weights)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import gymnasium as gym
 import torch
-import torch.nn.functional as F
 
-from hetrl.algos.base import Batch
+from hetrl.algos.base import Batch, weighted_mean, with_td_errors
 from hetrl.algos.ddpg import DDPG
 from hetrl.algos.networks import QCritic, adam, flat_dim, frozen_copy, polyak_update
 
@@ -49,7 +48,8 @@ class TD3(DDPG):
 
         q1 = self.critic(batch.obs, batch.actions)
         q2 = self.critic2(batch.obs, batch.actions)
-        critic_loss = F.mse_loss(q1, td_target) + F.mse_loss(q2, td_target)
+        critic_loss = (weighted_mean((q1 - td_target).pow(2), batch.weights)
+                       + weighted_mean((q2 - td_target).pow(2), batch.weights))
         self.optimize(self.critic_optimizer, critic_loss)
 
         self.updates += 1
@@ -61,5 +61,6 @@ class TD3(DDPG):
             polyak_update(self.critic_target, self.critic, self.tau)
             polyak_update(self.critic2_target, self.critic2, self.tau)
             polyak_update(self.actor_target, self.actor, self.tau)
-        return {"critic_loss": critic_loss.detach(), "actor_loss": self.last_actor_loss,
-                "q_mean": q1.detach().mean()}
+        return with_td_errors({"critic_loss": critic_loss.detach(),
+                               "actor_loss": self.last_actor_loss, "q_mean": q1.detach().mean()},
+                              batch, q1 - td_target)

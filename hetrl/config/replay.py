@@ -32,6 +32,35 @@ class UniformReplayConfig(ReplayConfig):
         require(self.n_step >= 1, "replay.n_step", self.n_step, "integers >= 1")
 
 
+def _check_per(self: Any, prefix: str) -> None:
+    """The PER keys' ranges, under `prefix` (`replay` or `replay.sampler`)."""
+    require(self.fanout >= 2, f"{prefix}.fanout", self.fanout, "integers >= 2")
+    require(self.alpha >= 0, f"{prefix}.alpha", self.alpha, "floats >= 0")
+    for key in ("beta", "beta_final"):
+        require(0 <= getattr(self, key) <= 1, f"{prefix}.{key}", getattr(self, key),
+                "floats in [0, 1]")
+    require(self.beta_anneal >= 1, f"{prefix}.beta_anneal", self.beta_anneal,
+            "integers >= 1")
+    require(self.eps > 0, f"{prefix}.eps", self.eps, "floats > 0")
+
+
+@dataclass
+class PrioritizedReplayConfig(UniformReplayConfig):
+    """The uniform ring plus priorities in an F-ary sum tree, stratified draws (PEARL's
+    artifact defaults: fanout 16, α 0.6, β 0.4 → 1, ε 0.01)."""
+
+    fanout: int = 16
+    alpha: float = 0.6
+    beta: float = 0.4
+    beta_final: float = 1.0
+    beta_anneal: int = 10_000  # sample calls (updates) over which beta rises to beta_final
+    eps: float = 0.01
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_per(self, "replay")
+
+
 @dataclass
 class MultiAgentReplayConfig(ReplayConfig):
     """A multi-agent layout (`per_agent` or `joint`) and the sampler that draws its slots."""
@@ -69,15 +98,10 @@ class PrioritizedSamplerConfig:
     beta_final: float = 1.0
     beta_anneal: int = 10_000  # sample calls over which beta rises to beta_final
     eps: float = 1e-6
+    fanout: int = 2  # of the sum tree (2: the binary tree these samplers always had)
 
     def __post_init__(self) -> None:
-        require(self.alpha >= 0, "replay.sampler.alpha", self.alpha, "floats >= 0")
-        for key in ("beta", "beta_final"):
-            require(0 <= getattr(self, key) <= 1, f"replay.sampler.{key}", getattr(self, key),
-                    "floats in [0, 1]")
-        require(self.beta_anneal >= 1, "replay.sampler.beta_anneal", self.beta_anneal,
-                "integers >= 1")
-        require(self.eps > 0, "replay.sampler.eps", self.eps, "floats > 0")
+        _check_per(self, "replay.sampler")
 
 
 @dataclass

@@ -63,11 +63,15 @@ class PrioritizedSampler(UniformSampler):
     """Proportional prioritized replay (Schaul et al. 2016): P(i) = p_i^α / Σ p^α with
     p = |TD error| + eps, new transitions at the max priority so far, importance weights
     (N·P(i))^-β over their max, β annealed linearly to `beta_final` over `beta_anneal`
-    sample calls."""
+    sample calls. The priorities p^α sit in an F-ary sum tree (`fanout`; 2 is the binary
+    tree the MARL samplers always had). `stratified`: one draw in each of n equal segments
+    of the total (PEARL's artifact, Schaul et al.); otherwise n independent draws."""
 
     def __init__(self, capacity: int, alpha: float, beta: float, beta_final: float,
-                 beta_anneal: int, eps: float) -> None:
-        self.tree = SumTree(capacity)
+                 beta_anneal: int, eps: float, fanout: int = 2,
+                 stratified: bool = False) -> None:
+        self.tree = SumTree(capacity, fanout)
+        self.stratified = stratified
         self.priority = np.zeros(capacity, dtype=np.float64)  # p_i, before the exponent α
         self.alpha, self.eps = alpha, eps
         self.beta0, self.beta_final, self.beta_anneal = beta, beta_final, beta_anneal
@@ -80,8 +84,11 @@ class PrioritizedSampler(UniformSampler):
         return self.beta0 + progress * (self.beta_final - self.beta0)
 
     def _references(self, n: int, size: int) -> np.ndarray:
-        """n slots drawn with probability proportional to p^α."""
-        return np.minimum(self.tree.find(np.random.random(n) * self.tree.total), size - 1)
+        """n slots drawn with probability proportional to p^α (slots past `size` hold
+        none, so they are never drawn)."""
+        if self.stratified:
+            return self.tree.stratified(np.random.random(n))
+        return self.tree.find(np.random.random(n) * self.tree.total)
 
     def _weights(self, refs: np.ndarray, size: int) -> np.ndarray:
         """Lemma 1 / PER: w = ((1/N)·(1/P))^β, normalized by the batch's max."""

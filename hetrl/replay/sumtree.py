@@ -1,47 +1,239 @@
-"""A sum tree in numpy: set leaf values and find leaves by prefix sum, a batch at a time."""
+"""The project's one sum tree: an F-ary tree of priorities (PEARL's replay manager, spec B.2.2)
+with batched retrieval, update and stratified sampling, compiled with numba when it is
+installed and in plain numpy otherwise (the reference the compiled path is tested against).
+
+Layout: level order in one float64 array; the children of node n are F·n+1 … F·n+F, its
+parent (n−1)//F; depth D = ⌈log_F capacity⌉ and the F^D leaves start at (F^D − 1)/(F − 1),
+padded past `capacity` with zeros. An update writes the leaf and recomputes each ancestor as
+the sum of its children, left to right, so a node is always exactly the sum its children
+give (no drift from adding differences, and an empty subtree sums to exactly 0).
+
+Sampling (Eq. (1), 0-based, x ~ U[0, total)): at each level take the first child whose
+running prefix sum exceeds the remaining x and subtract the prefix before it. A leaf owns
+the half-open range [c_{i−1}, c_i) of the cumulative sums, so a leaf of priority 0 is never
+drawn; for x off those boundaries this is `searchsorted(cumsum, x, 'left')`. Should rounding
+carry x past a node's children, the last child holding any priority is taken (all the way
+down): a leaf of priority 0 is never returned.
+
+Both paths run the same arithmetic in the same order, so they give bit-identical trees and
+samples (tests/test_sumtree.py).
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import time
+from functools import cache
+from types import SimpleNamespace
+
 import numpy as np
+
+COMPILED = importlib.util.find_spec("numba") is not None
+"""Whether numba is installed (`SumTree(compiled=None)` uses its kernels if so; it is a
+dependency, and the numpy path alone keeps a bare env working)."""
+
+
+# ---- numpy: the reference --------------------------------------------------------------
+
+
+def _set_numpy(tree: np.ndarray, offset: int, fanout: int, idx: np.ndarray,
+               values: np.ndarray) -> None:
+    nodes = offset + idx
+    tree[nodes] = values  # a repeated index: the last value wins
+    lanes = np.arange(1, fanout + 1)
+    while nodes[0] > 0:  # every node of a level is at the same depth
+        nodes = np.unique((nodes - 1) // fanout)
+        children = nodes[:, None] * fanout + lanes
+        total = np.zeros(len(nodes))
+        for j in range(fanout):  # left to right, as the compiled loop adds
+            total += tree[children[:, j]]
+        tree[nodes] = total
+
+
+def _find_numpy(tree: np.ndarray, fanout: int, depth: int, x: np.ndarray) -> np.ndarray:
+    u = np.array(x, dtype=np.float64)
+    nodes = np.zeros(len(u), dtype=np.int64)
+    lanes = np.arange(1, fanout + 1)
+    rows = np.arange(len(u))
+    for _ in range(depth):
+        children = tree[nodes[:, None] * fanout + lanes]  # (n, F)
+        prefix = np.cumsum(children, axis=1)  # sequential, as the compiled loop
+        past = u[:, None] >= prefix
+        j = past.sum(axis=1)  # the first child whose prefix exceeds u (prefixes never fall)
+        over = j == fanout  # rounding ran past every child: the last one holding any
+        j[over] = fanout - 1 - np.argmax(children[over, ::-1] > 0, axis=1)
+        before = np.where(j > 0, prefix[rows, np.maximum(j - 1, 0)], 0.0)
+        u = np.where(over, np.inf, u - before)
+        nodes = nodes * fanout + 1 + j
+    return nodes
+
+
+# ---- numba: the compiled path ------------------------------------------------------------
+
+
+def _set_loop(tree: np.ndarray, offset: int, fanout: int, idx: np.ndarray,
+              values: np.ndarray) -> None:
+    for k in range(len(idx)):
+        node = offset + idx[k]
+        tree[node] = values[k]
+        while node > 0:
+            node = (node - 1) // fanout
+            first = node * fanout + 1
+            total = 0.0
+            for c in range(first, first + fanout):
+                total += tree[c]
+            tree[node] = total
+
+
+def _find_loop(tree: np.ndarray, fanout: int, depth: int, x: np.ndarray,
+               out: np.ndarray) -> None:
+    """Level by level over the batch (not sample by sample): the walks are independent, so
+    the CPU overlaps their memory reads. Nodes of F ≤ 16 count the children passed
+    without a branch (no mispredictions); wide ones stop at the chosen child (half the reads
+    on average). Both give the same child and the same remainder."""
+    n = len(x)
+    u = x.copy()
+    out[:] = 0
+    scan = fanout > 16
+    for _ in range(depth):
+        for k in range(n):
+            first = out[k] * fanout + 1
+            uk = u[k]
+            prefix = 0.0
+            before = 0.0
+            j = 0
+            if scan:
+                while j < fanout:
+                    after = prefix + tree[first + j]
+                    if uk < after:
+                        break
+                    prefix = after
+                    j += 1
+                before = prefix
+            else:
+                for c in range(first, first + fanout):
+                    prefix += tree[c]
+                    past = uk >= prefix
+                    j += past
+                    before = prefix if past else before
+            if j == fanout:  # rounding ran past every child: the last one holding any
+                j = fanout - 1
+                while j >= 0 and tree[first + j] <= 0:
+                    j -= 1
+                if j < 0:  # none holds any (an empty tree): the last, as numpy's
+                    j = fanout - 1
+                u[k] = np.inf
+            else:
+                u[k] = uk - before
+            out[k] = first + j
+
+
+def _stratified_loop(tree: np.ndarray, fanout: int, depth: int, draws: np.ndarray,
+                     out: np.ndarray) -> None:
+    """Stratum k of n: x = (k + draws[k]) · total / n."""
+    n = len(draws)
+    x = np.empty(n)
+    for k in range(n):
+        x[k] = (k + draws[k]) * tree[0] / n
+    _find_jit(tree, fanout, depth, x, out)
+
+
+_find_jit = None  # the jitted _find_loop, which the jitted _stratified_loop calls
+
+
+@cache
+def _kernels() -> SimpleNamespace:
+    """The jitted kernels, made on first use (importing numba takes a few tenths of a
+    second; a process whose trees stay in numpy never pays it). `cache=True`: compiled
+    once, then loaded from numba's cache (`__pycache__`, or NUMBA_CACHE_DIR) by every
+    process."""
+    global _find_jit
+    import numba
+
+    jit = numba.njit(cache=True, nogil=True)
+    _find_jit = jit(_find_loop)
+    return SimpleNamespace(set=jit(_set_loop), find=_find_jit,
+                           stratified=jit(_stratified_loop))
+
+
+def compile_kernels() -> float:
+    """Compile (or load from numba's cache) the kernels for the tree's array types; the
+    seconds it took. The first call of a kernel in a process pays this, so a timing leaves it
+    out by calling this first."""
+    start = time.perf_counter()
+    if COMPILED:
+        kernels = _kernels()
+        tree = np.zeros(3)
+        idx, out = np.zeros(1, np.int64), np.zeros(1, np.int64)
+        kernels.set(tree, 1, 2, idx, np.ones(1))
+        kernels.find(tree, 2, 1, np.zeros(1), out)
+        kernels.stratified(tree, 2, 1, np.zeros(1), out)
+    return time.perf_counter() - start
+
+
+# ---- the tree ------------------------------------------------------------------------------
 
 
 class SumTree:
-    """Leaves hold non-negative values; each inner node the sum of its two children.
+    """Priorities of `capacity` slots in an F-ary sum tree (`fanout` F ≥ 2).
 
-    `tree[1]` is the root and the leaves start at `tree[leaves]`, a power of two, so a
-    batch of updates or searches walks the levels together: O(batch × log capacity) numpy
-    work, no Python loop over the batch.
+    `set` (batched update; insertion is the same write), `get` (batched retrieval), `find`
+    (leaves by prefix sum) and `stratified` (one draw per stratum of the total) take and
+    return numpy arrays. `compiled`: the numba kernels (True), the numpy reference (False),
+    or numba when installed (None).
     """
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.leaves = 1 << max(0, (capacity - 1).bit_length())
-        self.depth = self.leaves.bit_length() - 1
-        self.tree = np.zeros(2 * self.leaves, dtype=np.float64)
+    def __init__(self, capacity: int, fanout: int = 2, compiled: bool | None = None) -> None:
+        if capacity < 1 or fanout < 2:
+            raise ValueError(f"capacity {capacity} (>= 1) and fanout {fanout} (>= 2)")
+        if compiled and not COMPILED:
+            raise ImportError("SumTree(compiled=True) needs numba: pip install numba")
+        self.capacity, self.fanout = capacity, fanout
+        self.compiled = COMPILED if compiled is None else compiled
+        self.depth, self.leaves = 0, 1
+        while self.leaves < capacity:  # D = ⌈log_F capacity⌉, in integers
+            self.depth += 1
+            self.leaves *= fanout
+        self.offset = (self.leaves - 1) // (fanout - 1)  # the first leaf's node
+        self.tree = np.zeros(self.offset + self.leaves, dtype=np.float64)
 
     @property
     def total(self) -> float:
-        return float(self.tree[1])
+        return float(self.tree[0])
 
     def get(self, idx: np.ndarray) -> np.ndarray:
-        return self.tree[self.leaves + idx]
+        """The leaves' priorities (retrieval)."""
+        return self.tree[self.offset + np.asarray(idx)]
 
     def set(self, idx: np.ndarray, values: np.ndarray) -> None:
-        """Leaf `idx[k]` becomes `values[k]` (the last one wins for a repeated index)."""
-        nodes = self.leaves + np.asarray(idx)
-        self.tree[nodes] = values
-        for _ in range(self.depth):  # a repeated parent gets the same sum each time
-            nodes = nodes >> 1
-            self.tree[nodes] = self.tree[2 * nodes] + self.tree[2 * nodes + 1]
+        """Leaf `idx[k]` becomes `values[k]` (≥ 0; the last one wins for a repeated index),
+        and every ancestor the sum of its children (update; insertion is the same write)."""
+        idx = np.ascontiguousarray(idx, dtype=np.int64)
+        values = np.ascontiguousarray(values, dtype=np.float64)
+        if len(idx) == 0:
+            return
+        if self.compiled:
+            _kernels().set(self.tree, self.offset, self.fanout, idx, values)
+        else:
+            _set_numpy(self.tree, self.offset, self.fanout, idx, values)
 
     def find(self, prefix: np.ndarray) -> np.ndarray:
-        """For each value u in [0, total), the leaf i whose cumulative range holds u."""
-        u = np.array(prefix, dtype=np.float64)
-        nodes = np.ones(len(u), dtype=np.int64)
-        for _ in range(self.depth):
-            left = 2 * nodes
-            right = u >= self.tree[left]
-            u -= np.where(right, self.tree[left], 0.0)
-            nodes = left + right
-        # rounding can step onto an empty leaf past the last stored one: take the last
-        return np.minimum(nodes - self.leaves, self.capacity - 1)
+        """For each x in [0, total), the leaf whose cumulative range [c_{i−1}, c_i) holds it
+        (Eq. (1)). The tree must hold some priority."""
+        x = np.ascontiguousarray(prefix, dtype=np.float64)
+        if self.compiled:
+            nodes = np.empty(len(x), dtype=np.int64)
+            _kernels().find(self.tree, self.fanout, self.depth, x, nodes)
+        else:
+            nodes = _find_numpy(self.tree, self.fanout, self.depth, x)
+        return nodes - self.offset
+
+    def stratified(self, draws: np.ndarray) -> np.ndarray:
+        """n leaves, one per stratum: the total split into n equal segments, and leaf k found
+        at x = (k + draws[k]) · total / n, draws in [0, 1) (PEARL's artifact, Schaul et al.)."""
+        draws = np.ascontiguousarray(draws, dtype=np.float64)
+        if self.compiled:
+            nodes = np.empty(len(draws), dtype=np.int64)
+            _kernels().stratified(self.tree, self.fanout, self.depth, draws, nodes)
+            return nodes - self.offset
+        return self.find((np.arange(len(draws)) + draws) * self.tree[0] / len(draws))

@@ -86,6 +86,7 @@ class UniformReplay:
             self._write(*transitions)
 
     def _write(self, *values: np.ndarray) -> None:
+        """Store whole transitions (n-step ones already summed) at the ring's position."""
         n = len(values[0])
         end = self.pos + n
         for column, values in zip(self._columns(), values):
@@ -97,10 +98,14 @@ class UniformReplay:
         self.size = min(self.size + n, self.capacity)
 
     def sample(self, n: int) -> Batch:
-        idx = np.random.randint(self.size, size=n)
+        return self._batch(np.random.randint(self.size, size=n))
+
+    def _batch(self, idx: np.ndarray, **extra: object) -> Batch:
+        """The transitions in slots `idx` as a batch on the device (`extra`: the rest of
+        `Batch`'s fields, such as a prioritized replay's indices and weights)."""
         *transition, discounts = (torch.from_numpy(column[idx]).to(self.device)
                                   for column in self._columns())
-        return Batch(*transition, discounts=discounts)
+        return Batch(*transition, discounts=discounts, **extra)
 
     def update_priorities(self, indices: np.ndarray, td_errors: torch.Tensor) -> None:
         """Uniform sampling keeps no priorities (its batches carry no weights)."""
