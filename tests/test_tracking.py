@@ -76,6 +76,36 @@ def test_a_sweep_across_action_spaces_is_one_parent_with_children(tmp_path, clie
     assert "python -m hetrl" in notes[0] and "algo=ddpg" in notes[0] and "algo=dqn" in notes[1]
 
 
+@pytest.mark.slow
+def test_a_joblib_sweep_runs_jobs_in_other_processes_under_one_parent(tmp_path, client):
+    """Jobs in loky workers find the parent through their config, not this process's
+    environment; the parent closes FINISHED with its summary, nothing left RUNNING."""
+    out = hetrl_cli(tmp_path, "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                    "algo=dqn,ddpg", "steps=400", "algo.learning_starts=100",
+                    "algo.batch_size=32", "algo.hidden=[32]", "log_every=200",
+                    "tracking.system_metrics_s=0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Joblib.Parallel(n_jobs=2" in out.stdout + out.stderr
+    runs = mlflow_runs(tmp_path)
+    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "true"]
+    assert parent.info.status == "FINISHED" and parent.info.run_name == "sweep algo=dqn,ddpg"
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(runs) == 3 and sorted(c.data.tags["algo"] for c in children) == ["ddpg", "dqn"]
+    assert all(c.info.status == "FINISHED" for c in children)
+    summary = open(client.download_artifacts(parent.info.run_id, "summary.md", str(tmp_path))).read()
+    assert "2 jobs: 2 finished, 0 failed, 0 killed, 0 not started" in summary
+    # the id travels as an override, kept out of the command that reproduces a job
+    assert "parent_run_id" not in children[0].data.tags["mlflow.note.content"]
+
+
+@pytest.mark.slow
+def test_a_joblib_sweep_rejected_before_any_job_runs_leaves_no_run(tmp_path):
+    out = hetrl_cli(tmp_path, "-m", "hydra/launcher=joblib", "algo=dqn,dqnn", *QUICK[1:],
+                    timeout=120)
+    assert out.returncode != 0 and "dqnn" in out.stderr, out.stderr[-3000:]
+    assert not (tmp_path / "mlflow.db").exists() or mlflow_runs(tmp_path) == []
+
+
 def test_a_failing_job_does_not_stop_the_sweep_and_is_counted(tmp_path, client):
     out = hetrl_cli(tmp_path, "-m", *QUICK, "env.id=NoSuchEnv-v0,CartPole-v1", "steps=300")
     assert out.returncode != 0  # the sweep reports the failure

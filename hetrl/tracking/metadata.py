@@ -21,7 +21,8 @@ def command_line() -> str:
         from hydra.core.hydra_config import HydraConfig
 
         if HydraConfig.initialized():
-            overrides = list(HydraConfig.get().overrides.task)
+            overrides = [o for o in HydraConfig.get().overrides.task
+                         if not o.startswith("tracking.parent_run_id=")]  # a sweep's, not its
             return " ".join(["python -m hetrl", *map(shlex.quote, overrides)])
     except Exception:  # noqa: BLE001 - outside Hydra: fall back to argv
         pass

@@ -21,11 +21,13 @@ from typing import Any
 
 from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, read_write
 
 from hetrl.faults import Stopped
 
 PARENT_ENV = "HETRL_PARENT_RUN_ID"  # read by the jobs' tracking config
+PARENT_KEY = "tracking.parent_run_id"  # the override that carries it to jobs run elsewhere
+BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 CHOICE_TAGS = ("algo", "env", "platform", "precision", "partitioner", "scheduler", "replay",
                "seed")
 NOT_STARTED = "NOT_STARTED"  # the status column of a job the sweep never reached
@@ -43,6 +45,14 @@ class MlflowSweep(Callback):
         self.jobs: list[list[str]] | None = None  # each job's overrides (None: not known)
         self.stopped: int | None = None  # the signal that stopped the sweep between jobs
         self._handlers: dict[int, Any] = {}
+        self.remote = False  # the launcher runs jobs outside this process
+        self.in_worker = False  # this copy was pickled into a launcher's worker
+
+    def __getstate__(self) -> dict:
+        """A launcher pickles its callbacks into its workers: a worker's copy gets no client
+        (it opens its own) and no signal handlers of this process."""
+        state = dict(self.__dict__, client=None, _handlers={}, in_worker=True)
+        return state
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if self.uri is None:  # tracking=none
@@ -52,6 +62,12 @@ class MlflowSweep(Callback):
         self.keys = [k for k in keys if k not in CHOICE_TAGS and k != "tracking.uri"
                      and not k.startswith("hydra.")]
         self.jobs = _sweep_jobs(config)
+        self.remote = config.hydra.launcher.get("_target_") != BASIC_LAUNCHER
+        if self.remote:
+            self._open_parent(config)
+            with read_write(config.hydra.overrides):
+                # quoted: an id of digits and one `e` would parse as a float
+                config.hydra.overrides.task.append(f"{PARENT_KEY}='{self.parent_id}'")
         if threading.current_thread() is threading.main_thread():
             self._handlers = {s: signal.signal(s, self._stop) for s in (signal.SIGINT,
                                                                           signal.SIGTERM)}
@@ -80,7 +96,8 @@ class MlflowSweep(Callback):
         params = dict(o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
         self.client.log_batch(self.parent_id, params=[Param(k, v[:6000])
                                                       for k, v in params.items()])
-        os.environ[PARENT_ENV] = self.parent_id
+        if not self.remote:
+            os.environ[PARENT_ENV] = self.parent_id
 
     def _stop(self, signum: int, frame: object) -> None:
         """A signal between two jobs (a job's loop installs its own): stop the sweep."""
@@ -88,14 +105,30 @@ class MlflowSweep(Callback):
         raise Stopped(signum)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        if self.parent_id is not None:
+        if self.parent_id is None:
+            return
+        if not self.in_worker:
             self._write_summary()
+            return
+        try:  # a worker's summary is a progress report: the final one is this process's
+            self._write_summary()
+        except Exception as error:  # noqa: BLE001 - never fail a finished job for it
+            import logging
+
+            logging.getLogger("hetrl").warning("sweep summary not rewritten: %s", error)
+
+    def _client(self):
+        if self.client is None:
+            from hetrl.tracking.mlflow import client_for
+
+            self.client, _ = client_for(self.uri, self.experiment)
+        return self.client
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._close()
 
     def _children(self) -> list:
-        parent = self.client.get_run(self.parent_id)
+        parent = self._client().get_run(self.parent_id)
         return self.client.search_runs(
             [parent.info.experiment_id],
             filter_string=f"tags.mlflow.parentRunId = '{self.parent_id}'",
@@ -153,7 +186,16 @@ class MlflowSweep(Callback):
         self._handlers = {}
         if self.parent_id is None:
             return
+        if self.in_worker:
+            return
         children, not_started = self._write_summary()
+        sweep_dir = Path(self.client.get_run(self.parent_id).data.tags.get("sweep_dir", "."))
+        started = sweep_dir.is_dir() and any(p.is_dir() for p in sweep_dir.iterdir())
+        if self.remote and not children and not started and self.stopped is None:
+            # opened at multirun start, but Hydra rejected the sweep before any job ran
+            self.client.delete_run(self.parent_id)
+            self.parent_id = None
+            return
         statuses = {run.info.status for run in children}
         cut_short = self.stopped is not None or not_started or "RUNNING" in statuses
         status = ("FAILED" if "FAILED" in statuses
