@@ -35,22 +35,85 @@ def client_for(uri: str, experiment: str) -> tuple[MlflowClient, str]:
     A relative sqlite path is relative to the working directory; its folder is created,
     and artifacts go to `mlartifacts/` beside the database. A folder that cannot be written
     is named at once (MLflow would retry for ~100 s, then say "unable to open database file").
+    A sqlite store takes many writers (a parallel sweep's jobs): it is in WAL mode, each
+    connection waits up to SQLITE_BUSY_S for a lock (`store_uri`), and the schema and the
+    experiment are created under a file lock beside the database (MLflow's own store creates
+    its tables unguarded: two jobs starting together on a new store lost one of them).
     """
-    artifact_location = None
-    if uri.startswith("sqlite:///"):
-        db = Path(uri.removeprefix("sqlite:///"))
-        _check_writable(db, uri)
-        artifact_location = (db.parent / "mlartifacts").resolve().as_uri()
-    client = MlflowClient(tracking_uri=uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is not None:
-        if EXPERIMENT_KIND not in found.tags:
-            client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND,
-                                      "custom_model_development")
-        return client, found.experiment_id
-    return client, client.create_experiment(
-        experiment, artifact_location=artifact_location,
-        tags={EXPERIMENT_KIND: "custom_model_development"})
+    if not uri.startswith("sqlite:///"):
+        client = MlflowClient(tracking_uri=uri)
+        return client, _experiment_id(client, experiment, None)
+    db = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+    _check_writable(db, uri)
+    artifact_location = (db.parent / "mlartifacts").resolve().as_uri()
+    with _file_lock(db.with_name(db.name + ".lock")):
+        _wal(db)
+        client = MlflowClient(tracking_uri=store_uri(uri))
+        return client, _experiment_id(client, experiment, artifact_location)
+
+
+SQLITE_BUSY_S = 60  # how long a sqlite connection waits for another writer's lock
+
+
+def store_uri(uri: str) -> str:
+    """The URI MLflow connects with: a sqlite one gets pysqlite's busy timeout (its default
+    is 5 s, short for eight jobs logging at once)."""
+    if not uri.startswith("sqlite:///") or "timeout=" in uri:
+        return uri
+    return f"{uri}{'&' if '?' in uri else '?'}timeout={SQLITE_BUSY_S}"
+
+
+def _wal(db: Path) -> None:
+    """Put the database in WAL mode (kept in the file: once is enough): readers no longer
+    block the writer, and writers wait on one another instead of failing."""
+    import sqlite3
+
+    with sqlite3.connect(db, timeout=SQLITE_BUSY_S) as connection:
+        if connection.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            connection.execute("PRAGMA journal_mode=WAL")
+    connection.close()
+
+
+class _file_lock:
+    """An exclusive flock on `path` (POSIX; elsewhere no lock)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.file = path, None
+
+    def __enter__(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # Windows
+            return
+        self.file = open(self.path, "a+b")  # noqa: SIM115 - closed in __exit__
+        fcntl.flock(self.file, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.file is not None:
+            self.file.close()  # releases the lock
+
+
+def _experiment_id(client: MlflowClient, experiment: str, artifact_location: str | None) -> str:
+    """The experiment's id, created if it does not exist; another process creating it at the
+    same moment (a tracking server's other clients) is not an error: its id is taken."""
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(5):
+        found = client.get_experiment_by_name(experiment)
+        if found is not None:
+            if EXPERIMENT_KIND not in found.tags:
+                client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND,
+                                          "custom_model_development")
+            return found.experiment_id
+        try:
+            return client.create_experiment(
+                experiment, artifact_location=artifact_location,
+                tags={EXPERIMENT_KIND: "custom_model_development"})
+        except MlflowException as error:
+            if "already exists" not in str(error).lower() and "unique" not in str(error).lower():
+                raise
+            time.sleep(0.1 * (attempt + 1))  # created by another job meanwhile: read it
+    raise RuntimeError(f"experiment {experiment!r} neither found nor created")
 
 
 def ui_url(uri: str, experiment_id: str, run_id: str | None = None) -> str:
@@ -118,7 +181,7 @@ class MlflowTracker:
 
             self._monitor = SystemMetricsMonitor(
                 self.run_id, sampling_interval=self.system_metrics_s, resume_logging=resume,
-                tracking_uri=self.uri)
+                tracking_uri=store_uri(self.uri))
         except Exception as error:  # noqa: BLE001 - psutil missing: train without them
             log.warning("no system metrics: %s", error)
             return
