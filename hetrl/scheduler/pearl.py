@@ -23,6 +23,7 @@ Every decision is reported with the EPS before and after it.
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing as mp
 from concurrent.futures import Future, ThreadPoolExecutor
 from time import perf_counter
 
@@ -57,7 +58,9 @@ class PearlScheduler:
     agents = (Agents.single,)
 
     def __init__(self, weight_sync_every: int = 10, collect_steps: int = 16,
-                 dynamic_resources: bool = True, resource_every: int = 200) -> None:
+                 dynamic_resources: bool = True, resource_every: int = 200,
+                 fork_actors: bool = True) -> None:
+        self.fork_actors = fork_actors
         self.weight_sync_every, self.collect_steps = weight_sync_every, collect_steps
         self.dynamic_resources, self.resource_every = dynamic_resources, resource_every
 
@@ -154,6 +157,13 @@ class PearlScheduler:
         executor = ThreadPoolExecutor(1, thread_name_prefix="pearl-insert")
         owed, pending_steps, learner_metrics = 0, 0, {}
         try:
+            if (shared is not None and self.fork_actors and pool.start_method == "spawn"
+                    and not torch.cuda.is_initialized()
+                    and "fork" in mp.get_all_start_methods()):
+                # spawning re-imports torch, gymnasium and hetrl in every actor (5-8 s at
+                # load 5 on 2 cores, most of a 5k-step run); a fork starts in milliseconds. Not
+                # once CUDA is initialised: a forked child cannot use it.
+                pool.start_method = "fork"
             pool.start(learner, t.make_envs, t.seed)
             for rank in range(pool.n):
                 submit(rank)
@@ -212,8 +222,10 @@ class PearlScheduler:
                     submit(idle.pop(0))
                 if self.dynamic_resources and iterations % self.resource_every == 0:
                     self._manage(manager, window, state, learner, active, events, submit, t)
-                boundary(pending_steps, state.obs, learner_metrics)
-                pending_steps = 0
+                # past the last env step, the owed updates are logged once, at the last one
+                if state.step < t.steps or not (owed or buffer) or t.stop.is_set():
+                    boundary(pending_steps, state.obs, learner_metrics)
+                    pending_steps = 0
         finally:
             executor.shutdown(wait=True)
             pool.close()
