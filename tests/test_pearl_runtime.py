@@ -226,3 +226,19 @@ def test_process_actors_load_weights_from_the_shared_double_buffer():
     buf.write(1, weights + 1)
     assert worker.collect(None, 2, 4, 0.0).stats["pulls"] == 1.0
     assert torch.equal(flatten(worker.shadow), weights + 1)
+
+
+def test_pearl_defaults_to_prioritized_replay_and_counts_real_collisions(tmp_path):
+    """PEARL's replay manager is the sum tree: scheduler=pearl brings replay=prioritized, whose
+    batches carry their slots, so a ring small enough to wrap between a batch's sampling and
+    its priority update shows collisions (with the uniform ring they always read 0)."""
+    from hetrl.config.store import register
+    from hetrl.options import compose_job
+
+    register()
+    cfg, _ = compose_job("algo=dqn", "scheduler=pearl")
+    assert cfg.replay._target_ == "hetrl.replay.prioritized.PrioritizedReplay"
+    cfg, _ = compose_job("algo=dqn", "scheduler=pearl", "replay=uniform")  # still a choice
+    assert cfg.replay._target_ == "hetrl.replay.uniform.UniformReplay"
+    result = _short_run(tmp_path, "pearl", "algo.buffer_size=128", "algo.batch_size=64")
+    assert result["pearl/collisions"] > 0
