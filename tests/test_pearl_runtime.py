@@ -242,3 +242,38 @@ def test_pearl_defaults_to_prioritized_replay_and_counts_real_collisions(tmp_pat
     assert cfg.replay._target_ == "hetrl.replay.uniform.UniformReplay"
     result = _short_run(tmp_path, "pearl", "algo.buffer_size=128", "algo.batch_size=64")
     assert result["pearl/collisions"] > 0
+
+
+def _ring_put(ring, chunk, conn):  # an actor process: the arrays go to shared memory
+    conn.send(ring.put(chunk))
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_chunk_ring_carries_a_chunk_through_shared_memory(method):
+    import multiprocessing as mp
+    import pickle
+
+    from hetrl.actors.worker import Chunk
+    from hetrl.scheduler.pearl_runtime import ChunkRing
+
+    obs_space = gym.spaces.Box(-1, 1, (4,), np.float32)
+    act_space = gym.spaces.Discrete(2)
+    ring = ChunkRing(16, 2, obs_space, act_space)
+    try:
+        rng = np.random.default_rng(0)
+        chunk = Chunk(3, rng.random((5, 2, 4), dtype=np.float32), rng.integers(0, 2, (5, 2)),
+                      rng.random((5, 2)), rng.random((5, 2, 4), dtype=np.float32),
+                      rng.random((5, 2)) < 0.3, rng.random((5, 2)) < 0.3, np.array([9.0]),
+                      {"steps": 10.0})
+        here, there = mp.get_context(method).Pipe()
+        p = mp.get_context(method).Process(target=_ring_put, args=(ring, chunk, there))
+        p.start()
+        slim = here.recv()
+        p.join(10)
+        assert slim.obs is None and len(pickle.dumps(slim)) < 600  # no arrays on the pipe
+        back = ring.get(slim)
+        for name in ("obs", "actions", "rewards", "next_obs", "terminated", "truncated"):
+            assert np.array_equal(getattr(back, name), getattr(chunk, name)), name
+        assert back.stats == {"steps": 10.0} and back.rank == 3
+    finally:
+        ring.close()

@@ -37,6 +37,7 @@ from hetrl.algos.base import Batch, OffPolicyLearner
 from hetrl.config.enums import Agents
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.pearl_runtime import (
+    ChunkRing,
     CollisionCheck,
     DoubleBuffer,
     ResourceManager,
@@ -164,6 +165,11 @@ class PearlScheduler:
                 # load 5 on 2 cores, most of a 5k-step run); a fork starts in milliseconds. Not
                 # once CUDA is initialised: a forked child cannot use it.
                 pool.start_method = "fork"
+            if shared is not None:  # data collection queues in shared memory, one per actor
+                pool.rings = {rank: ChunkRing(self.collect_steps, n_envs,
+                                              t.envs.single_observation_space,
+                                              t.envs.single_action_space)
+                              for rank in range(pool.n)}
             pool.start(learner, t.make_envs, t.seed)
             for rank in range(pool.n):
                 submit(rank)
