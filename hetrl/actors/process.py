@@ -28,8 +28,10 @@ STOP_TIMEOUT_S = 10.0  # then the actors that have not exited are terminated
 
 
 def _serve(conn: Connection, rank: int, n_actors: int, learner: Learner,
-           make_envs: Callable[[], gym.vector.VectorEnv], seed: int, spec: QuantSpec) -> None:
-    """An actor process: collect chunks on command until told to stop."""
+           make_envs: Callable[[], gym.vector.VectorEnv], seed: int, spec: QuantSpec,
+           ring=None) -> None:
+    """An actor process: collect chunks on command until told to stop; with a `ring` (PEARL's
+    shared-memory data collection queue) a chunk's arrays go there, not through the pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     worker = None
     try:
@@ -38,7 +40,7 @@ def _serve(conn: Connection, rank: int, n_actors: int, learner: Learner,
         while (command := conn.recv())[0] == "collect":
             _, payload, steps, step = command
             chunk = worker.collect(payload, steps, step, pull_s=perf_counter() - handed_back)
-            conn.send(("chunk", chunk))
+            conn.send(("chunk", chunk if ring is None else ring.put(chunk)))
             handed_back = perf_counter()
     except (EOFError, BrokenPipeError):
         pass  # the learner is gone
@@ -58,6 +60,7 @@ class ProcessActors(ActorPool):
         self.conns: list[Connection] = []
         self.submitted: dict[int, float] = {}  # rank -> when its unanswered chunk was asked
         self.hung: set[int] = set()  # ranks found hung: killed at once by close()
+        self.rings: dict = {}  # rank -> its shared-memory ChunkRing (scheduler=pearl), if any
 
     def start(self, learner: Learner, make_envs: Callable[[], gym.vector.VectorEnv],
               seed: int) -> None:
@@ -66,7 +69,8 @@ class ProcessActors(ActorPool):
         for rank in range(self.n):
             here, there = context.Pipe()
             process = context.Process(
-                target=_serve, args=(there, rank, self.n, copy, make_envs, seed, self.spec),
+                target=_serve, args=(there, rank, self.n, copy, make_envs, seed, self.spec,
+                                     self.rings.get(rank)),
                 name=f"hetrl-actor-{rank}", daemon=True)
             process.start()
             there.close()
@@ -92,7 +96,7 @@ class ProcessActors(ActorPool):
                 if kind == "error":
                     raise ActorError(body)
                 self.submitted.pop(rank, None)
-                chunks.append(body)
+                chunks.append(body if rank not in self.rings else self.rings[rank].get(body))
             self._check_answered(ready)
             if chunks or not block or (stop is not None and stop.is_set()):
                 return chunks
@@ -136,7 +140,9 @@ class ProcessActors(ActorPool):
                 process.join()
         for conn in self.conns:
             conn.close()
-        self.processes, self.conns = [], []
+        for ring in self.rings.values():
+            ring.close()
+        self.processes, self.conns, self.rings = [], [], {}
         self.submitted, self.hung = {}, set()
 
 

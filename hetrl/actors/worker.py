@@ -69,6 +69,8 @@ class ActorWorker:
         self.learner = learner
         self.shadow = learner.policy()  # fp32: what the received state dict loads into
         self.policy = quantize_policy(self.shadow, spec) if spec.quantized else self.shadow
+        self.weights = None  # scheduler=pearl's shared double buffer, once handed over
+        self.version = -1  # the version loaded from it
         self.envs = make_envs()
         self.obs, _ = self.envs.reset(seed=seed + rank)
         self.envs.action_space.seed(seed + rank)
@@ -85,14 +87,35 @@ class ActorWorker:
         return {"deserialize_s": loaded - start, "load_state_dict_s": done - loaded,
                 "comm_bytes": float(len(payload))}
 
+    def load_shared(self) -> dict[str, float]:
+        """Load the newest whole version of the shared double buffer if it is newer than the
+        acting one (a version-tag read, no message); returns the timings."""
+        from hetrl.scheduler.pearl_runtime import unflatten_into
+
+        start = perf_counter()
+        got = self.weights.read()
+        if got is None or got[0] <= self.version:
+            return {}
+        self.version, flat = got
+        loaded = perf_counter()
+        unflatten_into(self.shadow, flat)
+        if self.spec.quantized:
+            self.policy = quantize_policy(self.shadow, self.spec)
+        return {"deserialize_s": loaded - start, "load_state_dict_s": perf_counter() - loaded,
+                "comm_bytes": float(flat.numel() * 4), "pulls": 1.0}
+
     def collect(self, payload: bytes | None, steps: int, step: int, pull_s: float) -> Chunk:
         """Pull `payload` (it took `pull_s` to arrive; None: the weights have not changed),
         then take `steps` vector-env steps; `step` is the learner's env-step count, from
         which exploration schedules go on."""
         stats = dict.fromkeys(STATS, 0.0)
         stats["steps"] = float(steps * self.envs.num_envs)
-        if payload is not None:
+        if isinstance(payload, (bytes, bytearray)):
             stats.update(self.load(payload), pull_s=pull_s, pulls=1.0)
+        elif payload is not None:  # a shared double buffer: read from it from now on
+            self.weights = payload
+        if self.weights is not None:
+            stats.update(self.load_shared(), pull_s=pull_s)
         envs, learner = self.envs, self.learner
         columns: list[list[np.ndarray]] = [[] for _ in range(6)]
         returns: list[np.ndarray] = []

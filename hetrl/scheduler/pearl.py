@@ -23,6 +23,7 @@ Every decision is reported with the EPS before and after it.
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing as mp
 from concurrent.futures import Future, ThreadPoolExecutor
 from time import perf_counter
 
@@ -36,9 +37,12 @@ from hetrl.algos.base import Batch, OffPolicyLearner
 from hetrl.config.enums import Agents
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.pearl_runtime import (
+    ChunkRing,
     CollisionCheck,
+    DoubleBuffer,
     ResourceManager,
     Timings,
+    flatten,
     ring_slots,
 )
 from hetrl.scheduler.state import LoopState
@@ -55,7 +59,9 @@ class PearlScheduler:
     agents = (Agents.single,)
 
     def __init__(self, weight_sync_every: int = 10, collect_steps: int = 16,
-                 dynamic_resources: bool = True, resource_every: int = 200) -> None:
+                 dynamic_resources: bool = True, resource_every: int = 200,
+                 fork_actors: bool = True) -> None:
+        self.fork_actors = fork_actors
         self.weight_sync_every, self.collect_steps = weight_sync_every, collect_steps
         self.dynamic_resources, self.resource_every = dynamic_resources, resource_every
 
@@ -76,6 +82,19 @@ class PearlScheduler:
         version, payload, pulled = -1, b"", {}
         buffer: list[Chunk] = []
         iterations = 0
+        # Weights: process actors read a shared, version-tagged double buffer (a pull is a tag
+        # read, no message); Ray actors get the serialized state dict as ActorQ's.
+        from hetrl.actors.process import ProcessActors
+
+        shared = (DoubleBuffer(flatten(learner.policy()).numel())
+                  if isinstance(pool, ProcessActors) else None)
+        published, handed = 0, set()
+        # The learner owes the sync loop's updates (train_freq, gradient_steps); an actor is
+        # not sent off again while more than `lag` of them are owed, and the owed ones are paid
+        # after the last chunk, so the update-to-data ratio is the sync scheduler's.
+        per_round = -(-pool.n * self.collect_steps * n_envs // learner.train_freq)
+        lag = 2 * max(learner.gradient_steps, per_round * learner.gradient_steps)
+        idle: list[int] = []
 
         def primitives() -> dict[str, float]:
             n = max(iterations, 1)
@@ -103,13 +122,23 @@ class PearlScheduler:
             steps = min(self.collect_steps, -(-(t.steps - requested) // n_envs))
             if steps <= 0 or rank not in active:
                 return
+            nonlocal published
             if version < 0 or (learner.updates // self.weight_sync_every
                                > version // self.weight_sync_every):
                 start = perf_counter()
-                payload = publish(learner.policy(), pool.spec, pool.quantize_on)
+                if shared is not None:
+                    shared.write(published, flatten(learner.policy()))
+                    published += 1
+                else:
+                    payload = publish(learner.policy(), pool.spec, pool.quantize_on)
                 version = learner.updates
                 phase["publish"] = phase.get("publish", 0.0) + perf_counter() - start
-            pool.submit(rank, payload if pulled.get(rank) != version else None, steps, requested)
+            if shared is not None:
+                pool.submit(rank, shared if rank not in handed else None, steps, requested)
+                handed.add(rank)
+            else:
+                pool.submit(rank, payload if pulled.get(rank) != version else None, steps,
+                            requested)
             pulled[rank] = version
             requested += steps * n_envs
 
@@ -129,10 +158,23 @@ class PearlScheduler:
         executor = ThreadPoolExecutor(1, thread_name_prefix="pearl-insert")
         owed, pending_steps, learner_metrics = 0, 0, {}
         try:
+            if (shared is not None and self.fork_actors and pool.start_method == "spawn"
+                    and not torch.cuda.is_initialized()
+                    and "fork" in mp.get_all_start_methods()):
+                # spawning re-imports torch, gymnasium and hetrl in every actor (5-8 s at
+                # load 5 on 2 cores, most of a 5k-step run); a fork starts in milliseconds. Not
+                # once CUDA is initialised: a forked child cannot use it.
+                pool.start_method = "fork"
+            if shared is not None:  # data collection queues in shared memory, one per actor
+                pool.rings = {rank: ChunkRing(self.collect_steps, n_envs,
+                                              t.envs.single_observation_space,
+                                              t.envs.single_action_space)
+                              for rank in range(pool.n)}
             pool.start(learner, t.make_envs, t.seed)
             for rank in range(pool.n):
                 submit(rank)
-            while state.step < t.steps or buffer:
+            while state.step < t.steps or buffer or (owed > 0 and len(replay)
+                                                     >= learner.batch_size):
                 # 1. collect into the data collection buffer; resubmit the finished actors
                 ready = len(replay) >= learner.batch_size and owed > 0
                 for chunk in pool.results(block=not ready and not buffer):
@@ -148,9 +190,14 @@ class PearlScheduler:
                     n = int(chunk.stats["steps"])
                     owed += updates.owed(n)
                     pending_steps += n
-                    submit(chunk.rank)
+                    if owed > lag:
+                        idle.append(chunk.rank)
+                    else:
+                        submit(chunk.rank)
                 if len(replay) < learner.batch_size or owed == 0:
                     insert(buffer)  # warm-up: nothing to learn from yet
+                    while idle:
+                        submit(idle.pop(0))
                     buffer = []
                     boundary(pending_steps, state.obs, learner_metrics)
                     pending_steps = 0
@@ -177,10 +224,14 @@ class PearlScheduler:
                     f.result()
                 owed -= 1
                 iterations += 1
+                while idle and owed <= lag:
+                    submit(idle.pop(0))
                 if self.dynamic_resources and iterations % self.resource_every == 0:
                     self._manage(manager, window, state, learner, active, events, submit, t)
-                boundary(pending_steps, state.obs, learner_metrics)
-                pending_steps = 0
+                # past the last env step, the owed updates are logged once, at the last one
+                if state.step < t.steps or not (owed or buffer) or t.stop.is_set():
+                    boundary(pending_steps, state.obs, learner_metrics)
+                    pending_steps = 0
         finally:
             executor.shutdown(wait=True)
             pool.close()

@@ -4,6 +4,7 @@ the replay-collision check, the version-tagged double buffer of weights, and Alg
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -171,3 +172,76 @@ class ResourceManager:
         if action != "none":
             self.log.append(decision)
         return decision
+
+
+COLUMNS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
+
+
+class ChunkRing:
+    """One actor's data collection queue in shared memory (multiprocessing.shared_memory):
+    a slot of `steps` vector-env steps for each of a chunk's six columns. The actor writes its
+    chunk's arrays into the slot and sends only the chunk's small remainder (its returns and
+    timings; the arrays set to None); the host copies the rows out on receipt. One slot is
+    enough: an actor writes again only after the host, having read the slot, sends it off.
+    The host creates and unlinks the segment; actors attach by name."""
+
+    def __init__(self, steps: int, n_envs: int, obs_space, act_space,
+                 name: str | None = None) -> None:
+        from multiprocessing import shared_memory
+
+        self.steps, self.n_envs = steps, n_envs
+        self.obs_space, self.act_space = obs_space, act_space
+        self.layout = [
+            (obs_space.shape, np.dtype(obs_space.dtype)),
+            (act_space.shape, np.dtype(act_space.dtype)),
+            ((), np.dtype(np.float64)),
+            (obs_space.shape, np.dtype(obs_space.dtype)),
+            ((), np.dtype(bool)),
+            ((), np.dtype(bool)),
+        ]
+        sizes = [steps * n_envs * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                 for shape, dtype in self.layout]
+        self.offsets = np.concatenate([[0], np.cumsum([-(-s // 64) * 64 for s in sizes])])
+        self.owner = name is None
+        self.shm = (shared_memory.SharedMemory(create=True, size=max(int(self.offsets[-1]), 1))
+                    if self.owner else _attach(name))
+        self.name = self.shm.name
+
+    def __getstate__(self):
+        return (self.steps, self.n_envs, self.obs_space, self.act_space, self.name)
+
+    def __setstate__(self, state) -> None:
+        steps, n_envs, obs_space, act_space, name = state
+        self.__init__(steps, n_envs, obs_space, act_space, name=name)
+
+    def _views(self, steps: int) -> list[np.ndarray]:
+        return [np.ndarray((steps, self.n_envs, *shape), dtype, self.shm.buf, int(offset))
+                for (shape, dtype), offset in zip(self.layout, self.offsets)]
+
+    def put(self, chunk):
+        """Write the chunk's columns into the slot; the chunk without them (sent instead)."""
+        steps = len(chunk.obs)
+        for view, column in zip(self._views(steps), COLUMNS):
+            view[...] = getattr(chunk, column)
+        return dataclasses.replace(chunk, **dict.fromkeys(COLUMNS), stats={
+            **chunk.stats, "ring_steps": float(steps)})
+
+    def get(self, slim):
+        """The whole chunk back: the slot's rows copied out of shared memory."""
+        stats = dict(slim.stats)
+        steps = int(stats.pop("ring_steps"))
+        arrays = {c: v.copy() for c, v in zip(COLUMNS, self._views(steps))}
+        return dataclasses.replace(slim, stats=stats, **arrays)
+
+    def close(self) -> None:
+        self.shm.close()
+        if self.owner:
+            self.shm.unlink()
+
+
+def _attach(name: str):
+    """Attach to the host's segment. An actor shares the host's resource tracker (fork or
+    spawn), whose one entry for the name the host's unlink clears."""
+    from multiprocessing import shared_memory
+
+    return shared_memory.SharedMemory(name=name)
