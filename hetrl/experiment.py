@@ -170,8 +170,12 @@ def _log_plan(tracker: Tracker, c: Components, out_dir: Path, name: str) -> None
     tracker.log_text(step_plan.to_json(), "plan.json")
     if len(step_plan.plan.devices) > 1:
         plan, graph = step_plan.plan, step_plan.graph
-        dtype_of = c.precision.dtype_chooser(c.platform)
-        dtypes = [dtype_of(node, plan.devices[k]) for node, k in zip(graph.nodes, plan.assignment)]
+        if plan.dtypes is not None:  # measured on the host
+            dtypes = plan.dtypes
+        else:
+            dtype_of = c.precision.dtype_chooser(c.platform)
+            dtypes = [dtype_of(node, plan.devices[k])
+                      for node, k in zip(graph.nodes, plan.assignment)]
         tracker.log_artifact(gantt(plan, graph, out_dir / "plan_gantt.png", name,
                                    labels=device_labels(c.platform), dtypes=dtypes,
                                    costs=step_plan.costs))

@@ -143,7 +143,15 @@ def test_a_lut_budget_that_no_plan_fits_is_reported_infeasible():
                  "platform.devices.ps.runs=[elementwise,loss,optimizer]")
 
 
-def test_mixed_precision_on_the_host_fails_and_names_what_to_choose(tmp_path):
-    with pytest.raises(ConfigError, match=r"choose platform from \[.*'versal'"):
-        run_job(tmp_path, "algo=dqn", "precision=mixed", *TINY)
+@pytest.mark.parametrize("job,match", [
+    (("algo=dqn", "platform.measure_layers=false"),
+     r"platform.measure_layers=false is invalid.*choose platform from \[.*'versal'"),
+    (("algo=maddpg",), r"algo=maddpg describes no task graph.*choose algo from \[.*'ddpg'"),
+])
+def test_mixed_precision_on_a_host_with_no_plan_fails_and_names_what_to_choose(tmp_path, job,
+                                                                               match):
+    """The host plans mixed precision from its measured layers: without them (no measuring,
+    a learner with no task graph) it has no plan to follow."""
+    with pytest.raises(ConfigError, match=match):
+        run_job(tmp_path, *job, "precision=mixed", *TINY)
     assert not (tmp_path / "mlflow.db").exists()  # rejected before a run (or store) is made

@@ -40,11 +40,16 @@ class UniformPrecisionConfig:
 class HardwareAwarePrecisionConfig:
     _target_: str = MISSING
     prefer: list[DType] = MISSING  # each device computes in the first it supports natively
+    # the host: a layer computes in a lower precision only where that measured this many
+    # times faster than float32
+    min_speedup: float = MISSING
     loss_scaling: LossScalingConfig = field(default_factory=LossScalingConfig)
 
     def __post_init__(self) -> None:
         require(len(self.prefer) > 0, "precision.prefer", list(self.prefer),
                 "a non-empty list of dtypes")
+        require(self.min_speedup >= 1, "precision.min_speedup", self.min_speedup,
+                "floats >= 1")
 
 
 @dataclass

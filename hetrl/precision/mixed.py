@@ -1,5 +1,8 @@
 """AP-DRL's hardware-aware mixed precision: every layer computes in the dtype of the device its
 plan assigns it (PS fp32; PL fp16 on fp32 master weights with dynamic loss scaling; AIE bf16).
+On the host (no modeled devices) the plan's dtypes are measured: each layer computes in the
+dtype of `prefer` (or float32) whose passes of it measured fastest on the host's device, where
+that beats float32 by `min_speedup` (`hetrl.platform.host.per_layer_dtypes`).
 
 What is emulated, and how (specs/ap-drl-pearl.md §A.2.6, D.1 #9-#10):
 - a layer's forward and backward run in the dtype of its (first) forward node's device;
@@ -27,11 +30,18 @@ from hetrl.precision.scaling import LossScaling
 
 
 class HardwareAwarePrecision:
-    needs_plan: ClassVar[bool] = True  # validation: only on a modeled platform
+    needs_plan: ClassVar[bool] = True  # validation: a modeled platform, or the measured host
 
-    def __init__(self, prefer: list[str], loss_scaling: LossScaling | None = None) -> None:
+    def __init__(self, prefer: list[str], loss_scaling: LossScaling | None = None,
+                 min_speedup: float = 1.0) -> None:
         self.prefer = [DType(d) for d in prefer]
         self.loss_scaling = loss_scaling or LossScaling()
+        self.min_speedup = min_speedup
+
+    @property
+    def host_dtypes(self) -> tuple[str, ...]:
+        """The dtypes the host measures each layer pass in: float32 and those preferred."""
+        return tuple(dict.fromkeys(["float32", *(d.value for d in self.prefer)]))
 
     def dtype_chooser(self, platform) -> Callable[[Node, str], str]:
         """Each device's dtype: the first preferred one it supports natively."""
@@ -46,15 +56,21 @@ class HardwareAwarePrecision:
         if plan is None:
             raise ConfigError(
                 "precision=mixed needs a plan: choose a modeled platform (e.g. platform=versal) "
-                "so that layers are assigned to devices"
+                "or platform=host with platform.measure_layers=true, so that each layer is "
+                "assigned a device and a dtype"
             )
-        dtype_of = self.dtype_chooser(platform)
+        if plan.dtypes is not None:  # measured on the host: the plan's own dtypes
+            dtypes = plan.dtypes
+        else:
+            dtype_of = self.dtype_chooser(platform)
+            dtypes = [dtype_of(node, plan.devices[k])
+                      for node, k in zip(graph.nodes, plan.assignment)]
         forward: dict[str, dict[str, torch.dtype]] = defaultdict(dict)
         rounded: list[torch.Tensor] = []
-        for node, k in zip(graph.nodes, plan.assignment):
+        for node, name in zip(graph.nodes, dtypes):
             if node.kind is Kind.loss:  # computed by the update rule, in fp32
                 continue
-            dtype = getattr(torch, dtype_of(node, plan.devices[k]))
+            dtype = getattr(torch, name)
             module = getattr(learner, node.network).get_submodule(node.layer)
             if node.pass_ is Pass.forward:  # a layer run twice in a step keeps its first dtype
                 forward[node.network].setdefault(node.layer, dtype)
