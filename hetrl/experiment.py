@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from hetrl import checkpoint
 from hetrl.build import Components, build
 from hetrl.envs.state import env_state, load_env_state
-from hetrl.evaluation import ptq_reward_error
+from hetrl.evaluation import Evaluator, ptq_reward_error
 from hetrl.options import GROUPS, group_options
 from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
@@ -79,7 +79,7 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path) -> dict[str,
     return {**results, "run_id": tracker.run_id}
 
 
-SUMMARY = ("return_mean_100", "reward_error_pct", "ptq_reward_error_pct", "time_to_95pct_s",
+SUMMARY = ("return_mean_100", "eval/return_mean", "reward_error_pct", "ptq_reward_error_pct", "time_to_95pct_s",
            "sps", "eps_host", "eps_platform", "updates")
 """The final metrics the end summary names (those the run has)."""
 
@@ -138,17 +138,24 @@ def _train(
         tracker.log_metrics(metrics, step)
         progress.update(step, metrics)
 
+    evaluate = (Evaluator(c.learner, partial(c.make_envs, n_envs=1), cfg.eval.episodes,
+                          cfg.seed) if cfg.eval.every > 0 else None)
     training = Training(
         envs=c.envs, learner=c.learner, replay=c.replay, precision=c.precision,
         steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
         report=report, checkpoint=save_checkpoint, stop=stop, actors=c.actors,
         make_envs=c.make_envs, seed=cfg.seed, log_text=tracker.log_text,
+        evaluate=evaluate, eval_every=cfg.eval.every,
     )
     try:
         results = c.scheduler.run(training, state)
     finally:
         progress.close()
         c.envs.close()
+        if evaluate is not None:
+            evaluate.close()
+    if state.eval_history:  # the final evaluation: what the reward error stands on
+        results["eval/return_mean"] = state.eval_history[-1][1]
     if c.actors.spec.quantized:
         ptq = ptq_reward_error(c.learner, c.actors.spec, partial(c.make_envs, n_envs=1),
                                c.actors.eval_episodes, cfg.seed)
