@@ -73,13 +73,15 @@ def test_plan_json_writes_unbounded_figures_as_null():
 
 
 def test_a_baseline_on_slower_fabric_is_data():
-    """versal.yaml's FIXAR-like baseline: the PL at 164/245 of its clock, 16-bit, no masters."""
+    """versal.yaml's FIXAR baseline: the PL at 164/245 of its clock, at its 16-bit
+    fixed-point rate, no masters (D.1 #16)."""
     learner, platform, precision, step = _planned("algo=ddpg", "platform=versal",
                                                   "precision=mixed", "algo.hidden=[400,300]")
     spec = platform.baselines["fixar"]
-    assert (spec.device, spec.dtype.value, spec.master_weight_sync) == ("pl", "float16", False)
+    assert (spec.device, spec.dtype.value, spec.master_weight_sync) == ("pl", "int16", False)
+    assert spec.clock == pytest.approx(164 / 245, abs=1e-4)
     slow = platform.clocked("pl", spec.clock).cost_table(
-        step.graph, lambda node, device: "float16", master_weight_sync=False)
+        step.graph, lambda node, device: "int16", master_weight_sync=False)
     fixar = step.baselines["fixar"]
     assert fixar.makespan == pytest.approx(
         SinglePartitioner("pl").partition(slow).makespan, rel=1e-12)
