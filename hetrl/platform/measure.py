@@ -70,18 +70,21 @@ def measure_step(learner: Learner, graph: TaskGraph, obs_space: gym.Space, act_s
 
 def compare_updates(learners: dict[str, Learner], contexts: dict[str, Any],
                     obs_space: gym.Space, act_space: gym.Space, device: torch.device,
-                    warmup: int = 2, repeats: int = 9) -> dict[str, float]:
+                    warmup: int = 2, repeats: int = 10) -> dict[str, float]:
     """Median seconds of one whole update of each learner (set up already in its precision)
-    under its context, the learners taking turns update by update so that a load that comes
-    and goes on a shared host weighs on each alike. The learners are trained on a random
+    under its context, the learners taking turns update by update (in alternating order) so
+    that a load that comes and goes on a shared host, and whatever the one before left in the
+    caches, weigh on each alike. The learners are trained on a random
     batch: pass copies; every RNG stays as it was."""
     saved = rng_states()
     samples: dict[str, list[float]] = {name: [] for name in learners}
     try:
         batch = random_batch(next(iter(learners.values())), obs_space, act_space,
                              next(iter(learners.values())).batch_size, device)
+        names = list(learners)
         for i in range(warmup + repeats):
-            for name, learner in learners.items():
+            for name in names if i % 2 == 0 else names[::-1]:  # no learner always goes first
+                learner = learners[name]
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 start = perf_counter()

@@ -77,7 +77,10 @@ class HardwareAwarePrecision:
             elif node.pass_ is Pass.update and dtype == torch.bfloat16:
                 rounded.extend(module.parameters())
         for network, layers in forward.items():
-            compute_layers_in(getattr(learner, network), layers)
+            # a network all in float32 gets no hooks: the same numbers, without their cost
+            # (a small update on the host is dominated by such overheads)
+            if any(dtype != torch.float32 for dtype in layers.values()):
+                compute_layers_in(getattr(learner, network), layers)
         if rounded:
             for optimizer in learner.optimizers().values():
                 owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
