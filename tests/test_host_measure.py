@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -132,6 +133,8 @@ def test_the_mixed_plan_applies_its_measured_dtypes_per_layer():
                               costs=_fake_costs(graph, bf16_for={"critic"}))
     HardwareAwarePrecision(["bfloat16", "float16", "float32"]).apply(learner, graph, step.plan,
                                                                      c.platform)
+    # the hooks pickle (an actor pool's processes take a pickled copy of the learner)
+    twin = pickle.loads(pickle.dumps(learner))
     seen = {}
     for name in ("actor", "critic"):
         layer = getattr(learner, name).net[0]
@@ -140,6 +143,8 @@ def test_the_mixed_plan_applies_its_measured_dtypes_per_layer():
     out = learner.critic(obs, learner.actor(obs))
     assert seen == {"actor": torch.float32, "critic": torch.bfloat16}
     assert out.dtype == torch.float32 and learner.scaler is None  # no float16: no loss scaling
+    assert torch.equal(twin.critic(obs, twin.actor(obs)), out)
+    assert twin.critic.net[0](torch.zeros(4, 4)).dtype == torch.bfloat16
 
 
 def test_a_mixed_plan_slower_than_float32_falls_back_to_float32(monkeypatch):

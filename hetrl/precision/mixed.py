@@ -25,7 +25,7 @@ from hetrl.config.enums import DType
 from hetrl.config.errors import ConfigError
 from hetrl.partition.costs import Plan
 from hetrl.partition.graph import Kind, Node, Pass, TaskGraph
-from hetrl.precision.layers import compute_layers_in, round_to_bfloat16
+from hetrl.precision.layers import RoundToBfloat16, compute_layers_in
 from hetrl.precision.scaling import LossScaling
 
 
@@ -86,8 +86,7 @@ class HardwareAwarePrecision:
                 owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
                 mine = [p for p in rounded if id(p) in owned]
                 if mine:
-                    optimizer.register_step_post_hook(
-                        lambda opt, args, kwargs, params=mine: round_to_bfloat16(params))
+                    optimizer.register_step_post_hook(RoundToBfloat16(mine))
         if any(torch.float16 in layers.values() for layers in forward.values()):
             learner.scaler = self.loss_scaling.scaler(learner.device)
 

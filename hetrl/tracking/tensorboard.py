@@ -91,9 +91,9 @@ class TensorboardTracker:
             self.writer.add_image(path.stem, image, 0, dataformats="HWC")
 
     def log_text(self, text: str, name: str) -> None:
-        artifacts = Path(self.run_id) / "artifacts"
-        artifacts.mkdir(exist_ok=True)
-        (artifacts / name).write_text(text)
+        path = Path(self.run_id) / "artifacts" / name
+        path.parent.mkdir(parents=True, exist_ok=True)  # a name may hold folders (composer/...)
+        path.write_text(text)
         self.writer.add_text(name, "    " + text.replace("\n", "\n    "), 0)
 
     def end(self, status: str) -> None:
