@@ -9,19 +9,24 @@ Run from the repository root:
 
 Everything is measured here, in this one process, at torch's 1 thread:
 
-1. Sampling per update round. A replay of the option's layout (`per_agent` or `joint`) is
+1. Sampling per update round. A replay of the option's layout (`per_agent_lists`: the paper's
+   own baseline, openai/maddpg's Python lists of tuples per agent; `per_agent`: that layout in
+   numpy rings; `joint`: the key-value rows) is
    filled with `--fill` transitions of the env's real shapes (random values: what is timed is
    the gather, not the data), then `--rounds` update rounds are timed, a round being what
    MADDPG's "update all trainers" samples: one batch of 1024 per trainer (every agent, prey
    included), each gathered from every agent's data, converted to torch tensors. Prioritized
    samplers get fresh priorities after each batch (random TD errors; not timed). Each row is
    the median over rounds of ms per round; "vs uniform" compares with the uniform sampler on
-   the same layout, "joint ×" is per_agent's time over joint's for the same sampler.
+   the same layout; "joint ×" is per_agent's (numpy) time over joint's and "joint × (vs
+   lists)" the list layout's time over joint's, for the same sampler: the latter is the
+   paper's comparison (its 1.36/2.26/4.41/9.55× on PP). The list layout runs the uniform and
+   locality samplers only.
 2. End to end per 1000 env steps: MADDPG (the paper's settings: batch 1024, [64, 64], update
    every 100 env steps) runs the real sync loop (hetrl.scheduler.sync) for `--steps` env steps
    on the real mpe2 env, from a replay pre-filled as above, so that every 100 steps is an
    update round; the loop's own phase timers give the sampling share of the wall time.
-   Only `uniform` and `locality` (16×64) are run end to end, on both layouts. The env step,
+   Only `uniform` and `locality` (16×64) are run end to end, on every layout. The env step,
    the same for every row, dominates the time and swings with the host's load, so "Δ e2e
    from sampling" (the change in sampling seconds against uniform's, as a share of
    uniform's end-to-end time, from the loop's own timers) is printed beside the measured
@@ -56,7 +61,8 @@ SAMPLERS = {  # name -> replay overrides
     "prio_locality": ("replay/sampler=prioritized_locality",),
 }
 END_TO_END = ("uniform", "locality 16x64")
-LAYOUTS = ("per_agent", "joint")
+LAYOUTS = ("per_agent_lists", "per_agent", "joint")
+LIST_SAMPLERS = END_TO_END  # the list layout (the paper's baseline) with these samplers only
 
 # the paper's figures (extract B.4), MADDPG
 PAPER_JOINT = {"PP": {3: 1.36, 6: 2.26, 12: 4.41, 24: 9.55},
@@ -147,6 +153,8 @@ def main() -> None:
         for n in agents:
             for layout in LAYOUTS:
                 for sampler in samplers:
+                    if layout == "per_agent_lists" and sampler not in LIST_SAMPLERS:
+                        continue
                     c = filled(env, n, layout, sampler, fill)
                     n_trainers = c.envs.n_agents
                     row = {"env": ENVS[env], "n": n, "trainers": n_trainers, "layout": layout,
@@ -174,10 +182,16 @@ def print_tables(rows: list[dict]) -> None:
         return next(r for r in rows if (r["env"], r["n"], r["layout"], r["sampler"])
                     == (env, n, layout, sampler))
 
+    def lists_ms(env, n, sampler):
+        found = [r for r in rows if (r["env"], r["n"], r["layout"], r["sampler"])
+                 == (env, n, "per_agent_lists", sampler)]
+        return found[0]["round_ms"] if found else None
+
     sampling = []
     for r in rows:
         uniform = find(r["env"], r["n"], r["layout"], "uniform")["round_ms"]
         per_agent = find(r["env"], r["n"], "per_agent", r["sampler"])["round_ms"]
+        lists = lists_ms(r["env"], r["n"], r["sampler"])
         paper = ""
         if r["layout"] == "joint" and r["sampler"] == "uniform":
             paper = f"joint {PAPER_JOINT[r['env']].get(r['n'], '-')}×"
@@ -189,8 +203,11 @@ def print_tables(rows: list[dict]) -> None:
         sampling.append((r["env"], r["n"], r["layout"], r["sampler"], f"{r['round_ms']:.1f}",
                          pct(r["round_ms"], uniform),
                          f"{per_agent / r['round_ms']:.2f}×" if r["layout"] == "joint" else "",
+                         f"**{lists / r['round_ms']:.2f}×**"
+                         if r["layout"] == "joint" and lists is not None else "",
                          paper))
-    table(["env", "agents", "layout", "sampler", "ms/round", "vs uniform", "joint ×", "paper"],
+    table(["env", "agents", "layout", "sampler", "ms/round", "vs uniform",
+           "joint × (vs numpy per_agent)", "joint × (vs lists: the paper's baseline)", "paper"],
           sampling, "## Sampling time per update round (all trainers × batch 1024), ms")
 
     e2e = []

@@ -7,12 +7,16 @@ build the same components and differ only in where they run them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import copy
+import logging
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Callable
 
 import gymnasium as gym
 import psutil
+import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -20,11 +24,15 @@ from hetrl.actors.base import Actors
 from hetrl.algos.base import Learner
 from hetrl.config.errors import ConfigError
 from hetrl.partition.planning import StepPlan, plan_measured_step, plan_step
-from hetrl.platform.host import HostPlatform
+from hetrl.partition.costs import Plan
+from hetrl.platform.host import HostPlatform, cpu_name, cpu_native
+from hetrl.platform.measure import compare_updates
 from hetrl.platform.model import ModeledPlatform
 from hetrl.precision.base import Precision
 from hetrl.replay.base import Replay
 from hetrl.seeding import seed_everything
+
+log = logging.getLogger("hetrl")
 
 
 @dataclass
@@ -63,8 +71,10 @@ def build(cfg: DictConfig, plan: bool = True) -> Components:
     learner = instantiate(cfg.algo, **spaces, device=platform.device)
     precision = instantiate(cfg.precision)
     step_plan = _plan(cfg, learner, platform, precision, spaces) if plan else None
-    modeled = step_plan if isinstance(platform, ModeledPlatform) else None
-    precision.apply(learner, modeled and modeled.graph, modeled and modeled.plan, platform)
+    applied = _applied_plan(step_plan, platform)
+    if step_plan is not None and step_plan.measured and _host_dtypes(precision) != ("float32",):
+        applied = _against_fp32(learner, precision, step_plan, applied, platform, spaces)
+    precision.apply(learner, applied and step_plan.graph, applied, platform)
     return Components(
         envs=envs, learner=learner,
         replay=instantiate(cfg.replay, **spaces, device=platform.device),
@@ -96,6 +106,64 @@ def check_replay_memory(cfg: DictConfig, obs_space: gym.Space, act_space: gym.Sp
             f"lower {key} (at most about {capacity * available // needed} transitions fit)")
 
 
+def _host_dtypes(precision: Precision) -> tuple[str, ...]:
+    """The dtypes the host times each node in for this precision (float32 by default)."""
+    return tuple(getattr(precision, "host_dtypes", ("float32",)))
+
+
+def _applied_plan(step_plan: StepPlan | None, platform: HostPlatform | ModeledPlatform
+                  ) -> Plan | None:
+    """The plan the precision policy follows: a modeled platform's as it is; on the host,
+    the measured plan with each node in the dtype chosen for the device the learner really
+    runs on (the host does not move layers between its devices)."""
+    if step_plan is None:
+        return None
+    plan, costs = step_plan.plan, step_plan.costs
+    if not step_plan.measured or costs.dtypes is None:
+        return plan
+    k = costs.devices.index(platform.device.type)
+    return replace(plan, dtypes=[row[k] for row in costs.dtypes])
+
+
+def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan, applied: Plan,
+                  platform: HostPlatform, spaces: dict[str, gym.Space]) -> Plan:
+    """Time whole updates of copies of the learner in this precision and in float32, in
+    turns (`StepPlan.update_s`, logged as `host/speedup_vs_fp32`). A per-layer plan (mixed)
+    that measured slower than float32 falls back to float32 everywhere; a uniform 16-bit
+    precision that measured slower warns with the slowdown. Returns the plan to apply."""
+    device = platform.device
+
+    def timed(plan: Plan) -> dict[str, float]:
+        ours, fp32 = copy.deepcopy(learner), copy.deepcopy(learner)
+        precision.apply(ours, step_plan.graph, plan, platform)
+        return compare_updates({"precision": ours, "float32": fp32},
+                               {"precision": precision.autocast(device),
+                                "float32": contextlib.nullcontext()}, **spaces, device=device)
+
+    step_plan.update_s = timed(applied)
+    slowdown = step_plan.update_s["precision"] / step_plan.update_s["float32"]
+    if applied.dtypes is not None and len(_host_dtypes(precision)) > 1:  # per layer: mixed
+        if slowdown > 1.0 and set(applied.dtypes) != {"float32"}:
+            log.info("the measured per-layer dtypes (%s) made an update %.2fx slower than "
+                     "float32 on %s: every layer computes in float32",
+                     ", ".join(sorted(set(applied.dtypes))), slowdown, cpu_name())
+            applied = replace(applied, dtypes=["float32"] * len(applied.dtypes))
+            step_plan.plan.dtypes = list(applied.dtypes)
+            step_plan.update_s = timed(applied)
+        return applied
+    if slowdown > 1.0:
+        (dtype,) = _host_dtypes(precision)
+        where = cpu_name() if device.type == "cpu" else torch.cuda.get_device_name(device)
+        emulated = device.type == "cpu" and cpu_native(dtype) is False
+        log.warning(
+            "%s computes an update of %s %.1fx slower than float32 on this host (measured "
+            "%.1f ms vs %.1f ms; %s)%s: precision=fp32, or precision=mixed (float32 wherever "
+            "it is faster), trains faster", dtype, type(learner).__name__, slowdown,
+            1e3 * step_plan.update_s["precision"], 1e3 * step_plan.update_s["float32"], where,
+            f": the CPU has no {dtype} instructions and emulates it" if emulated else "")
+    return applied
+
+
 def _plan(cfg: DictConfig, learner: Learner, platform: HostPlatform | ModeledPlatform,
           precision: Precision, spaces: dict[str, gym.Space]) -> StepPlan | None:
     """A modeled platform plans the step from modeled costs; the host from costs measured on
@@ -104,5 +172,7 @@ def _plan(cfg: DictConfig, learner: Learner, platform: HostPlatform | ModeledPla
     if isinstance(platform, ModeledPlatform):
         return plan_step(learner, platform, precision, instantiate(cfg.partitioner), **spaces)
     if platform.measure_layers and hasattr(learner, "task_graph"):
-        return plan_measured_step(learner, platform, instantiate(cfg.partitioner), **spaces)
+        return plan_measured_step(learner, platform, instantiate(cfg.partitioner), **spaces,
+                                  dtypes=_host_dtypes(precision),
+                                  min_speedup=getattr(precision, "min_speedup", 1.0))
     return None

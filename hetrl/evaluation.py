@@ -17,6 +17,7 @@ from torch import nn
 
 from hetrl.algos.base import Learner
 from hetrl.quant import QuantSpec, quantize_policy
+from hetrl.seeding import rng_states, set_rng_states
 from hetrl.tracking.reward_error import reward_error_pct
 
 EVAL_SEED_OFFSET = 1_000_000
@@ -26,17 +27,45 @@ EVAL_SEED_OFFSET = 1_000_000
 def episode_returns(learner: Learner, env: gym.vector.VectorEnv, episodes: int, seed: int,
                     policy: nn.Module | None = None) -> np.ndarray:
     """Returns of `episodes` deterministic episodes on the first env of `env`, episode i
-    starting from `reset(seed=seed + i)`; `policy` stands in for the learner's own."""
+    starting from `reset(seed=seed + i)`; `policy` stands in for the learner's own. An
+    episode's return is the env's own episode statistic where it records one (a multi-agent
+    env's team return), else the sum of its rewards."""
     returns = np.zeros(episodes)
     with learner.acting_with(policy) if policy is not None else nullcontext():
         for i in range(episodes):
             obs, _ = env.reset(seed=seed + i)
             done = False
             while not done:
-                obs, reward, terminated, truncated, _ = env.step(learner.act(obs, None))
-                returns[i] += float(reward[0])
-                done = bool(terminated[0] or truncated[0])
+                obs, reward, terminated, truncated, info = env.step(learner.act(obs, None))
+                returns[i] += float(np.sum(reward[0]))
+                done = bool(np.any(terminated[0]) or np.any(truncated[0]))
+            if done and "episode" in info and info.get("_episode", [True])[0]:
+                returns[i] = float(np.asarray(info["episode"]["r"])[0])
     return returns
+
+
+class Evaluator:
+    """Deterministic evaluation during training (`eval.every`, `eval.episodes`): the
+    learner's policy, acting without exploration, on an env of its own whose episode i starts
+    from `reset(seed=seed + i)` every time, so that two evaluations differ only by the policy.
+    Every global RNG is left as it was, so evaluating does not change what is learned."""
+
+    def __init__(self, learner: Learner, make_env: Callable[[], gym.vector.VectorEnv],
+                 episodes: int, seed: int) -> None:
+        self.learner, self.episodes, self.seed = learner, episodes, seed + EVAL_SEED_OFFSET
+        self.env = make_env()
+
+    def __call__(self) -> dict[str, float]:
+        saved = rng_states()
+        try:
+            returns = episode_returns(self.learner, self.env, self.episodes, self.seed)
+        finally:
+            set_rng_states(saved)
+        return {"eval/return_mean": float(returns.mean()), "eval/return_std": float(returns.std()),
+                "eval/return_min": float(returns.min())}
+
+    def close(self) -> None:
+        self.env.close()
 
 
 def ptq_returns(learner: Learner, specs: Sequence[QuantSpec],

@@ -20,7 +20,7 @@ from hetrl import checkpoint
 from hetrl.build import Components, build
 from hetrl.config.errors import ConfigError, require
 from hetrl.envs.state import env_state, load_env_state
-from hetrl.evaluation import ptq_reward_error
+from hetrl.evaluation import Evaluator, ptq_reward_error
 from hetrl.faults import Fault, Stopped, StopRequest
 from hetrl.options import GROUPS, group_options
 from hetrl.progress import TrainingProgress
@@ -92,7 +92,7 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
     return {**results, "run_id": tracker.run_id}
 
 
-SUMMARY = ("return_mean_100", "reward_error_pct", "ptq_reward_error_pct", "time_to_95pct_s",
+SUMMARY = ("return_mean_100", "eval/return_mean", "reward_error_pct", "ptq_reward_error_pct", "time_to_95pct_s",
            "sps", "eps_host", "eps_platform", "updates")
 """The final metrics the end summary names (those the run has)."""
 
@@ -194,17 +194,24 @@ def _train(
         tracker.log_metrics(metrics, step)
         progress.update(step, metrics)
 
+    evaluate = (Evaluator(c.learner, partial(c.make_envs, n_envs=1), cfg.eval.episodes,
+                          cfg.seed) if cfg.eval.every > 0 else None)
     training = Training(
         envs=c.envs, learner=c.learner, replay=c.replay, precision=c.precision,
         steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
         report=report, checkpoint=save_checkpoint, stop=stop, actors=c.actors,
         make_envs=c.make_envs, seed=cfg.seed, log_text=tracker.log_text,
+        evaluate=evaluate, eval_every=cfg.eval.every,
     )
     try:
         results = c.scheduler.run(training, state)
     finally:
         progress.close()
         c.envs.close()
+        if evaluate is not None:
+            evaluate.close()
+    if state.eval_history:  # the final evaluation: what the reward error stands on
+        results["eval/return_mean"] = state.eval_history[-1][1]
     if c.actors.spec.quantized:
         ptq = ptq_reward_error(c.learner, c.actors.spec, partial(c.make_envs, n_envs=1),
                                c.actors.eval_episodes, cfg.seed)
@@ -226,8 +233,12 @@ def _log_plan(tracker: Tracker, c: Components, out_dir: Path, name: str) -> None
     tracker.log_text(step_plan.to_json(), "plan.json")
     if len(step_plan.plan.devices) > 1:
         plan, graph = step_plan.plan, step_plan.graph
-        dtype_of = c.precision.dtype_chooser(c.platform)
-        dtypes = [dtype_of(node, plan.devices[k]) for node, k in zip(graph.nodes, plan.assignment)]
+        if plan.dtypes is not None:  # measured on the host
+            dtypes = plan.dtypes
+        else:
+            dtype_of = c.precision.dtype_chooser(c.platform)
+            dtypes = [dtype_of(node, plan.devices[k])
+                      for node, k in zip(graph.nodes, plan.assignment)]
         tracker.log_artifact(gantt(plan, graph, out_dir / "plan_gantt.png", name,
                                    labels=device_labels(c.platform), dtypes=dtypes,
                                    costs=step_plan.costs))

@@ -225,16 +225,27 @@ def _check_partitioner_fits_platform(cfg: DictConfig, choices: Mapping[str, str]
 
 
 def _check_precision_fits_platform(cfg: DictConfig, choices: Mapping[str, str]) -> None:
-    """A precision that follows the plan (mixed) needs a modeled platform to plan on; one
-    dtype for the whole step needs, on a modeled platform, a device that computes each kind
-    of node in that dtype."""
+    """A precision that follows the plan (mixed) needs a plan: a modeled platform, or the
+    host measuring the learner's step (`platform.measure_layers`, a learner with a task
+    graph); one dtype for the whole step needs, on a modeled platform, a device that computes
+    each kind of node in that dtype."""
     modeled = "devices" in cfg.platform  # a ModeledPlatformConfig
     if getattr(get_class(cfg.precision._target_), "needs_plan", False) and not modeled:
-        raise ConfigError(
-            f"precision={choices['precision']} runs each layer in the dtype of the device its "
-            f"plan assigns it, but platform={choices['platform']} is not modeled: choose "
-            f"platform from {[p for p in group_options('platform') if _is_modeled(p)]}"
-        )
+        name = choices["precision"]
+        if not cfg.platform.get("measure_layers", False):
+            raise ConfigError(
+                f"platform.measure_layers=false is invalid with precision={name}: it runs each "
+                f"layer in the dtype its plan chose, and platform={choices['platform']} plans "
+                f"from the layers it measures: set platform.measure_layers=true or choose "
+                f"platform from {[p for p in group_options('platform') if _is_modeled(p)]}")
+        if not hasattr(get_class(cfg.algo._target_), "task_graph"):
+            planned = [a for a in group_options("algo")
+                       if hasattr(option_class("algo", a), "task_graph")]
+            raise ConfigError(
+                f"precision={name} runs each layer in the dtype its plan chose, but "
+                f"algo={choices['algo']} describes no task graph to plan: choose algo from "
+                f"{planned} or precision from "
+                f"{[p for p in group_options('precision') if p != name]}")
     dtype = _dtype_name(cfg.precision.get("dtype"))
     if modeled and dtype is not None and (gaps := _dtype_gaps(cfg.platform, dtype)):
         precisions = [p for p in group_options("precision")

@@ -270,3 +270,33 @@ def test_time_to_95pct_is_read_off_the_curve_against_the_fp32_actors_twin():
     fp32, _ = compose_job("scheduler=actorq", "actors.precision=fp32")
     other, _ = compose_job("scheduler=actorq", "actors.precision=fp32", "actors.pull_every=30")
     assert fp32_actors_key(int8) == fp32_actors_key(fp32) != fp32_actors_key(other)
+
+
+@pytest.mark.parametrize("spi", [2.0, 0.5])
+def test_the_samples_per_insert_limiter_keeps_the_ratio(tmp_path, spi):
+    """rate_limiter=samples_per_insert: the learner samples `spi` transitions (batch_size per
+    update) per transition inserted past learning_starts, whatever train_freq says."""
+    result = run_job(tmp_path, "algo=dqn", "env=cartpole", "steps=600", "algo.learning_starts=100",
+                     "algo.batch_size=16", "algo.hidden=[16]", "algo.train_freq=4",
+                     "algo.gradient_steps=1", "scheduler=actorq", "actors.n=2",
+                     "actors.pull_every=25", "actors.precision=fp32", "log_every=300",
+                     "scheduler.rate_limiter=samples_per_insert",
+                     f"scheduler.samples_per_insert={spi}", "scheduler.error_buffer=64",
+                     "platform.measure_layers=false", "tracking=none")
+    inserted = 600 - 100
+    assert result["updates"] == int(spi * inserted // 16)  # not train_freq's 125
+    assert abs(result["actorq/samples_per_insert"] - spi) <= 16 / inserted
+
+
+def test_d4pg_actors_explore_with_noise_spread_over_the_actors():
+    """QuaRL A.1.4: σ_k = 0.2·k/(K−1) for actor k of K (algo.actor_noise_max=0.2)."""
+    c = build_job("algo=d4pg", "env=pendulum", "algo.hidden=[16]", "algo.policy_hidden=[16]")
+    stds = []
+    for rank in range(4):
+        worker = ActorWorker(rank, 4, cpu_copy(c.learner), c.make_envs, seed=0,
+                             spec=QuantSpec("fp32", "kernel", True))
+        stds.append(worker.learner.noise.std)
+        worker.envs.close()
+    assert stds == pytest.approx([0.0, 0.2 / 3, 0.4 / 3, 0.2])
+    assert c.learner.noise.std == 0.3  # the learner's own (the sync loop's) noise_std
+    c.envs.close()

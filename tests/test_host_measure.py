@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import pickle
 
 import numpy as np
+import pytest
 import torch
 from helpers import build_job, mlflow_runs, run_job
+from test_planning import strict_json
 
 from hetrl.partition.graph import Kind, Pass
 from hetrl.platform.measure import measure_step
@@ -61,3 +64,130 @@ def test_a_host_job_logs_its_measured_plan_apart_from_modeled_figures(tmp_path, 
     assert layer_passes and all(n["seconds"]["cpu"] > 0 for n in layer_passes)
     assert {Pass.forward.value, Pass.backward.value, Pass.update.value} <= {
         n["name"].rsplit(".", 1)[1].split("#")[0] for n in layer_passes}
+
+
+# precision=mixed on the host: each layer in the dtype that measured fastest on its device
+
+
+def _fake_costs(graph, bf16_for):
+    """A timing table: every node 1 ms in float32; in bfloat16 0.2 ms for the layer passes
+    of the networks `bf16_for` names, 1.5 ms (slower) for the others, 1 ms for the loss and
+    optimizer nodes; float16 slower everywhere."""
+    from hetrl.partition.costs import CostTable
+    from hetrl.platform.host import per_layer_dtypes
+
+    n = len(graph.nodes)
+    fp32 = np.full((n, 1), 1e-3)
+    bf16 = np.array([[1e-3 if node.kind is Kind.loss or node.pass_ is Pass.update
+                      else 0.2e-3 if node.network in bf16_for else 1.5e-3]
+                     for node in graph.nodes])
+    by_dtype = {"float32": fp32, "bfloat16": bf16, "float16": np.full((n, 1), 9e-3)}
+    seconds, chosen = per_layer_dtypes(graph, by_dtype, min_speedup=1.1)
+    return CostTable(graph, ["cpu"], seconds, np.zeros((len(graph.edges), 1, 1)), {}, {},
+                     dtypes=chosen, by_dtype=by_dtype)
+
+
+def test_the_measured_plan_keeps_float32_where_float32_measured_faster():
+    from hetrl.partition.planning import plan_measured_step
+    from hetrl.partition.single import SinglePartitioner
+
+    c = build_job("algo=ddpg", "env=pendulum", "algo.hidden=[8,8]")  # not applied: fp32
+    c.envs.close()
+    graph = c.learner.task_graph(c.learner.batch_size)
+    costs = _fake_costs(graph, bf16_for={"critic", "critic_target"})
+    assert costs.by_dtype["bfloat16"].sum() < costs.by_dtype["float32"].sum()  # a candidate
+    step = plan_measured_step(c.learner, c.platform, SinglePartitioner("cpu"), *c.spaces.values(),
+                              costs=costs)
+    layer = {(n.network, n.layer): d for n, d in zip(graph.nodes, step.plan.dtypes)
+             if n.kind is not Kind.loss and n.pass_ is not Pass.update}
+    assert {d for (net, _), d in layer.items() if net.startswith("critic")} == {"bfloat16"}
+    assert {d for (net, _), d in layer.items() if net.startswith("actor")} == {"float32"}
+    updates = [d for n, d in zip(graph.nodes, step.plan.dtypes) if n.kind in (Kind.loss,)
+               or n.pass_ is Pass.update]
+    assert set(updates) == {"float32"}  # the loss and the fp32 master weights' steps
+    assert "float16" not in step.plan.dtypes  # its whole step measured slower: no candidate
+    # the plan is faster than the whole step in float32, by the table
+    assert step.metrics(c.learner.batch_size)["host/plan_speedup_vs_fp32"] > 1
+    assert strict_json(step.to_json())["nodes"][0]["seconds_by_dtype"]["cpu"]["float16"] == 9e-3
+
+
+def test_a_lower_precision_slower_than_float32_everywhere_leaves_every_layer_in_float32():
+    c = build_job("algo=dqn", "algo.hidden=[8,8]")
+    c.envs.close()
+    graph = c.learner.task_graph(c.learner.batch_size)
+    costs = _fake_costs(graph, bf16_for=set())
+    assert {d for row in costs.dtypes for d in row} == {"float32"}
+    assert np.array_equal(costs.seconds, costs.by_dtype["float32"])
+
+
+def test_the_mixed_plan_applies_its_measured_dtypes_per_layer():
+    from hetrl.partition.planning import plan_measured_step
+    from hetrl.partition.single import SinglePartitioner
+    from hetrl.precision.mixed import HardwareAwarePrecision
+
+    c = build_job("algo=ddpg", "env=pendulum", "algo.hidden=[8,8]")  # not applied: fp32
+    c.envs.close()
+    learner = c.learner
+    graph = learner.task_graph(learner.batch_size)
+    step = plan_measured_step(learner, c.platform, SinglePartitioner("cpu"), *c.spaces.values(),
+                              costs=_fake_costs(graph, bf16_for={"critic"}))
+    HardwareAwarePrecision(["bfloat16", "float16", "float32"]).apply(learner, graph, step.plan,
+                                                                     c.platform)
+    # the hooks pickle (an actor pool's processes take a pickled copy of the learner)
+    twin = pickle.loads(pickle.dumps(learner))
+    seen = {}
+    for name in ("actor", "critic"):
+        layer = getattr(learner, name).net[0]
+        layer.register_forward_hook(lambda m, a, out, name=name: seen.__setitem__(name, out.dtype))
+    obs = torch.zeros(4, 3)
+    out = learner.critic(obs, learner.actor(obs))
+    assert seen == {"actor": torch.float32, "critic": torch.bfloat16}
+    assert out.dtype == torch.float32 and learner.scaler is None  # no float16: no loss scaling
+    assert torch.equal(twin.critic(obs, twin.actor(obs)), out)
+    assert twin.critic.net[0](torch.zeros(4, 4)).dtype == torch.bfloat16
+
+
+def test_a_mixed_plan_slower_than_float32_falls_back_to_float32(monkeypatch):
+    import hetrl.build
+
+    monkeypatch.setattr(hetrl.build, "compare_updates",
+                        lambda learners, *a, **k: {"precision": 0.02, "float32": 0.01})
+    c = build_job("algo=ddpg", "env=pendulum", "algo.hidden=[8,8]", "precision=mixed",
+                  plan=True)
+    c.envs.close()
+    assert set(c.step_plan.plan.dtypes) == {"float32"}
+
+
+def test_a_16_bit_precision_slower_than_float32_warns_with_the_measured_slowdown(monkeypatch,
+                                                                               caplog):
+    import hetrl.build
+
+    monkeypatch.setattr(hetrl.build, "compare_updates",
+                        lambda learners, *a, **k: {"precision": 0.1, "float32": 0.01})
+    with caplog.at_level("WARNING", logger="hetrl"):
+        c = build_job("algo=ddpg", "env=pendulum", "algo.hidden=[8,8]", "precision=fp16",
+                      plan=True)
+    c.envs.close()
+    (record,) = [r for r in caplog.records if "slower than float32" in r.getMessage()]
+    assert "float16 computes an update of DDPG 10.0x slower" in record.getMessage()
+    assert "100.0 ms vs 10.0 ms" in record.getMessage()
+    assert c.step_plan.metrics(c.learner.batch_size)["host/speedup_vs_fp32"] == pytest.approx(0.1)
+
+
+def test_a_ddpg_job_with_mixed_precision_runs_on_the_host(tmp_path, client):
+    run_job(tmp_path, "algo=ddpg", "env=pendulum", "precision=mixed", "steps=300",
+            "algo.learning_starts=100", "log_every=100", "algo.hidden=[32,32]",
+            "algo.batch_size=32")
+    runs = {r.data.tags["precision"]: r for r in mlflow_runs(tmp_path)}
+    assert set(runs) == {"mixed", "fp32"}  # the fp32 twin, for the reward error
+    run = runs["mixed"]
+    assert run.info.status == "FINISHED" and run.data.metrics["reward_error_pct"] >= 0
+    metrics = run.data.metrics
+    assert metrics["host/speedup_vs_fp32"] > 0 and metrics["host/update_fp32_s"] > 0
+    assert "host/plan_speedup_vs_fp32" in metrics
+    assert not any(k.startswith(("speedup_vs", "platform/")) for k in metrics)  # not modeled
+    plan = strict_json(open(client.download_artifacts(run.info.run_id, "plan.json",
+                                                      str(tmp_path))).read())
+    assert {n["dtype"] for n in plan["nodes"]} <= {"float32", "bfloat16", "float16"}
+    assert all(set(n["seconds_by_dtype"]["cpu"]) == {"float32", "bfloat16", "float16"}
+               for n in plan["nodes"])

@@ -37,7 +37,7 @@ def test_matd3_with_prioritized_locality_times_every_phase(tmp_path):
                                       "['maddpg', 'matd3']", "['acrobot', 'breakout', 'cartpole', 'mountaincar', 'mspacman', 'pong']"]),
     (("algo=maddpg", "env=cartpole"), ["algo=maddpg", "multi-agent", "env=cartpole",
                                        "['simple_spread', 'simple_tag']"]),
-    (("algo=maddpg", "replay=uniform"), ["replay=uniform", "['joint', 'per_agent']"]),
+    (("algo=maddpg", "replay=uniform"), ["replay=uniform", "['joint', 'per_agent', 'per_agent_lists']"]),
     (("algo=maddpg", "replay/sampler=locality", "replay.sampler.refs=8"),
      ["replay.sampler.refs=8", "algo.batch_size (1024)"]),
     (("algo=matd3", "platform=versal"), ["algo=matd3", "platform=versal", "platform=host"]),

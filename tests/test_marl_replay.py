@@ -1,5 +1,6 @@
-"""Multi-agent replay: every sampler gives valid slots and both layouts give back what they
-stored (the same batch for the same slots); locality windows are contiguous and wrap at the
+"""Multi-agent replay: every sampler gives valid slots and every layout (numpy rings per agent,
+joint rows, openai/maddpg's lists of tuples) gives back what it stored (the same batch for the
+same slots); locality windows are contiguous and wrap at the
 ring's seam; importance weights follow Lemma 1; the sum tree samples proportionally."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from hydra.utils import instantiate
 from hetrl.config.store import register
 from hetrl.options import composed_option, group_options
 from hetrl.replay import multiagent
-from hetrl.replay.multiagent import JointReplay, PerAgentReplay
+from hetrl.replay.multiagent import JointReplay, PerAgentListsReplay, PerAgentReplay
 from hetrl.replay.samplers import (LocalitySampler, PrioritizedLocalitySampler,
                                    PrioritizedSampler, windows)
 from hetrl.replay.sumtree import SumTree
@@ -25,6 +26,8 @@ OBS = gym.spaces.Box(np.where(REAL, -np.inf, 0).astype(np.float32),
 ACTS = gym.spaces.MultiDiscrete([5] * N_AGENTS)
 OPTIONS = dict(refs=4, neighbors=8, thresholds=[0.33, 0.66], neighbor_counts=[1, 2, 4],
                alpha=0.6, beta=0.4, beta_final=1.0, beta_anneal=100, eps=1e-6)
+
+LAYOUTS = (PerAgentReplay, JointReplay, PerAgentListsReplay)
 
 register()
 
@@ -56,7 +59,7 @@ def _filled(layout: type, sampler: str, capacity: int = 64, n: int = 100):
 @pytest.mark.parametrize("sampler", group_options("replay/sampler"))
 def test_every_sampler_with_every_layout_returns_what_was_stored(sampler):
     batches = []
-    for layout in (PerAgentReplay, JointReplay):
+    for layout in LAYOUTS:
         replay = _filled(layout, sampler)
         np.random.seed(0)
         batch = replay.sample(32)
@@ -71,14 +74,16 @@ def test_every_sampler_with_every_layout_returns_what_was_stored(sampler):
             rows = torch.stack([torch.as_tensor(_transition(int(t))[column][0]) for t in ids])
             assert torch.equal(getattr(batch, name), rows.to(getattr(batch, name).dtype)), name
         assert torch.equal(batch.terminated, (ids % 2)[:, None].expand(-1, N_AGENTS))
-    per_agent, joint = batches
-    for name in ("obs", "actions", "rewards", "next_obs", "terminated", "weights"):
-        a, b = getattr(per_agent, name), getattr(joint, name)
-        assert (a is None and b is None) or torch.equal(a, b), name
+    per_agent, *others = batches  # the same slots: the same batch from every layout
+    for other in others:
+        for name in ("obs", "actions", "rewards", "next_obs", "terminated", "weights"):
+            a, b = getattr(per_agent, name), getattr(other, name)
+            assert (a is None and b is None) or torch.equal(a, b), name
+            assert a is None or a.dtype == b.dtype, name
 
 
 def test_a_layout_round_trips_through_its_state():
-    for layout in (PerAgentReplay, JointReplay):
+    for layout in LAYOUTS:
         replay = _filled(layout, "prioritized")
         copy = layout(64, OBS, ACTS, torch.device("cpu"), _sampler("prioritized"))
         copy.load_state_dict(replay.state_dict())
@@ -139,7 +144,7 @@ def test_sum_tree_totals_and_finds_by_prefix_sum():
 
 def test_storage_grows_to_capacity_keeping_what_is_stored(monkeypatch):
     monkeypatch.setattr(multiagent, "INITIAL_ROWS", 8)
-    for layout in (PerAgentReplay, JointReplay):
+    for layout in LAYOUTS:
         replay = _filled(layout, "uniform", capacity=40, n=50)  # grows 8 -> 16 -> 32 -> 40
         assert replay.allocated == 40 and len(replay) == 40 and replay.pos == 10
         obs, _, rewards, _, _ = replay.gather(np.arange(40))
@@ -155,3 +160,11 @@ def test_nbytes_bounds_what_the_storage_takes(monkeypatch):
         assert stored == 40 * layout.row_bytes(OBS)
         assert layout.nbytes(40, OBS, ACTS, steps=50) == int(1.5 * stored)  # while growing
         assert layout.nbytes(10**9, OBS, ACTS, steps=10) == int(1.5 * 20 * layout.row_bytes(OBS))
+
+
+def test_the_list_layout_stores_python_tuples_per_agent_as_openai_maddpg():
+    replay = _filled(PerAgentListsReplay, "uniform", capacity=64, n=100)
+    assert [len(storage) for storage in replay.storage] == [64] * N_AGENTS
+    obs, action, reward, next_obs, done = replay.storage[2][0]  # the ring wrapped: slot 0
+    assert obs.shape == (DIMS[2],) and isinstance(action, int) and isinstance(reward, float)
+    assert reward == 64 * 10.0 + 2 and done == 0.0  # transition 64 overwrote transition 0

@@ -73,13 +73,15 @@ def test_plan_json_writes_unbounded_figures_as_null():
 
 
 def test_a_baseline_on_slower_fabric_is_data():
-    """versal.yaml's FIXAR-like baseline: the PL at 164/245 of its clock, 16-bit, no masters."""
+    """versal.yaml's FIXAR baseline: the PL at 164/245 of its clock, at its 16-bit
+    fixed-point rate, no masters (D.1 #16)."""
     learner, platform, precision, step = _planned("algo=ddpg", "platform=versal",
                                                   "precision=mixed", "algo.hidden=[400,300]")
     spec = platform.baselines["fixar"]
-    assert (spec.device, spec.dtype.value, spec.master_weight_sync) == ("pl", "float16", False)
+    assert (spec.device, spec.dtype.value, spec.master_weight_sync) == ("pl", "int16", False)
+    assert spec.clock == pytest.approx(164 / 245, abs=1e-4)
     slow = platform.clocked("pl", spec.clock).cost_table(
-        step.graph, lambda node, device: "float16", master_weight_sync=False)
+        step.graph, lambda node, device: "int16", master_weight_sync=False)
     fixar = step.baselines["fixar"]
     assert fixar.makespan == pytest.approx(
         SinglePartitioner("pl").partition(slow).makespan, rel=1e-12)
@@ -143,7 +145,15 @@ def test_a_lut_budget_that_no_plan_fits_is_reported_infeasible():
                  "platform.devices.ps.runs=[elementwise,loss,optimizer]")
 
 
-def test_mixed_precision_on_the_host_fails_and_names_what_to_choose(tmp_path):
-    with pytest.raises(ConfigError, match=r"choose platform from \[.*'versal'"):
-        run_job(tmp_path, "algo=dqn", "precision=mixed", *TINY)
+@pytest.mark.parametrize("job,match", [
+    (("algo=dqn", "platform.measure_layers=false"),
+     r"platform.measure_layers=false is invalid.*choose platform from \[.*'versal'"),
+    (("algo=maddpg",), r"algo=maddpg describes no task graph.*choose algo from \[.*'ddpg'"),
+])
+def test_mixed_precision_on_a_host_with_no_plan_fails_and_names_what_to_choose(tmp_path, job,
+                                                                               match):
+    """The host plans mixed precision from its measured layers: without them (no measuring,
+    a learner with no task graph) it has no plan to follow."""
+    with pytest.raises(ConfigError, match=match):
+        run_job(tmp_path, *job, "precision=mixed", *TINY)
     assert not (tmp_path / "mlflow.db").exists()  # rejected before a run (or store) is made

@@ -44,7 +44,7 @@ def test_a_failing_job_ends_failed_with_its_traceback(tmp_path, client):
     assert "NoSuchEnv" in open(error).read()
 
 
-@pytest.mark.parametrize("bad", ["steps=-1", "algo.gamma=2", "+stpes=600", "precision=mixed"])
+@pytest.mark.parametrize("bad", ["steps=-1", "algo.gamma=2", "+stpes=600", "precision.dtype=int16"])
 def test_bad_input_is_rejected_before_a_run_or_store_is_created(tmp_path, bad):
     with pytest.raises(ValueError, match="is invalid|not a config key|is not modeled"):
         run_job(tmp_path, *QUICK, bad)

@@ -67,6 +67,8 @@ class ActorWorker:
         seed_everything(seed + rank)
         self.rank, self.n_actors, self.spec = rank, n_actors, spec
         self.learner = learner
+        if hasattr(learner, "for_actor"):  # exploration of this actor's own (D4PG's σ_k)
+            learner.for_actor(rank, n_actors)
         self.shadow = learner.policy()  # fp32: what the received state dict loads into
         self.policy = quantize_policy(self.shadow, spec) if spec.quantized else self.shadow
         self.weights = None  # scheduler=pearl's shared double buffer, once handed over

@@ -3,7 +3,8 @@
 The critic predicts a categorical distribution over `atoms` returns evenly spaced in
 [v_min, v_max]; its target is the n-step Bellman update of the target critic's distribution,
 projected back onto that support. The replay supplies the n-step returns and their bootstrap
-discounts (`replay.n_step` follows `algo.n_step`). Acting and exploration noise are DDPG's.
+discounts (`replay.n_step` follows `algo.n_step`). Acting and exploration noise are DDPG's,
+but for the actors of an actor pool, whose noise is spread over the actors (`for_actor`).
 """
 
 from __future__ import annotations
@@ -47,15 +48,24 @@ class D4PG(DDPG):
         v_max: float,
         atoms: int,
         n_step: int,
+        actor_noise_max: float | None = None,
         **ddpg,
     ) -> None:
         del n_step  # the replay's (`replay.n_step` follows it): targets use batch.discounts
         super().__init__(obs_space, act_space, **ddpg)
+        self.actor_noise_max = actor_noise_max
         self.critic = DistributionalCritic(flat_dim(obs_space), flat_dim(act_space),
                                            self.hidden, atoms).to(self.device)
         self.critic_target = frozen_copy(self.critic)
         self.critic_optimizer = adam(self.critic.parameters(), self.lr)
         self.register_buffer("support", torch.linspace(v_min, v_max, atoms, device=self.device))
+
+    def for_actor(self, rank: int, n_actors: int) -> None:
+        """ActorQ's D4PG actors explore with noise of their own: actor k of K with
+        σ_k = actor_noise_max · k / (K − 1), spread evenly over [0, actor_noise_max]
+        (QuaRL A.1.4); one actor, or no `actor_noise_max`, keeps `noise_std`."""
+        if self.actor_noise_max is not None and n_actors > 1:
+            self.noise.std = self.actor_noise_max * rank / (n_actors - 1)
 
     def q_value(self, logits: torch.Tensor) -> torch.Tensor:
         """The mean of the critic's distribution."""

@@ -111,11 +111,15 @@ class D4PGConfig(DDPGConfig):
     v_max: float = MISSING
     atoms: int = MISSING
     n_step: int = MISSING
+    # an actor pool's actor k of K explores with σ_k = actor_noise_max·k/(K−1); null: noise_std
+    actor_noise_max: Optional[float] = MISSING
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.v_max > self.v_min, "algo.v_max", self.v_max,
                 f"floats > algo.v_min ({self.v_min})")
+        require(self.actor_noise_max is None or self.actor_noise_max >= 0,
+                "algo.actor_noise_max", self.actor_noise_max, "null or floats >= 0")
         require(self.atoms >= 2, "algo.atoms", self.atoms, "integers >= 2")
         require(self.n_step >= 1, "algo.n_step", self.n_step, "integers >= 1")
 

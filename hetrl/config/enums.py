@@ -33,6 +33,13 @@ class DType(str, Enum):
     float32 = "float32"
     bfloat16 = "bfloat16"
     float16 = "float16"
+    # 16-bit fixed point: a modeled device's rate only (FIXAR's PL, D.1 #16); no precision
+    # policy computes in it (hetrl.config.precision rejects it)
+    int16 = "int16"
+
+
+COMPUTE_DTYPES = (DType.float32, DType.bfloat16, DType.float16)
+"""The dtypes a precision policy computes a learner's update in (under torch autocast)."""
 
 
 class ActorPrecision(str, Enum):

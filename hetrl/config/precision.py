@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
-from hetrl.config.enums import DType
+from hetrl.config.enums import COMPUTE_DTYPES, DType
 from hetrl.config.errors import require
 
 
@@ -29,22 +29,36 @@ class LossScalingConfig:
                 self.growth_interval, "integers >= 1")
 
 
+def _compute_dtypes() -> str:
+    return f"one of {[d.value for d in COMPUTE_DTYPES]}"
+
+
 @dataclass
 class UniformPrecisionConfig:
     _target_: str = MISSING
     dtype: DType = MISSING
     loss_scaling: LossScalingConfig = field(default_factory=LossScalingConfig)
 
+    def __post_init__(self) -> None:
+        require(self.dtype in COMPUTE_DTYPES, "precision.dtype", getattr(self.dtype, "value",
+                self.dtype), _compute_dtypes())
+
 
 @dataclass
 class HardwareAwarePrecisionConfig:
     _target_: str = MISSING
     prefer: list[DType] = MISSING  # each device computes in the first it supports natively
+    # the host: a layer computes in a lower precision only where that measured this many
+    # times faster than float32
+    min_speedup: float = MISSING
     loss_scaling: LossScalingConfig = field(default_factory=LossScalingConfig)
 
     def __post_init__(self) -> None:
-        require(len(self.prefer) > 0, "precision.prefer", list(self.prefer),
-                "a non-empty list of dtypes")
+        require(len(self.prefer) > 0 and all(d in COMPUTE_DTYPES for d in self.prefer),
+                "precision.prefer", [getattr(d, "value", d) for d in self.prefer],
+                f"a non-empty list of dtypes, each {_compute_dtypes()}")
+        require(self.min_speedup >= 1, "precision.min_speedup", self.min_speedup,
+                "floats >= 1")
 
 
 @dataclass

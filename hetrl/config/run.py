@@ -13,6 +13,18 @@ from hetrl.config.errors import require
 
 
 @dataclass
+class EvalConfig:
+    """Deterministic evaluation of the policy during training (hetrl.evaluation.Evaluator)."""
+
+    every: int = MISSING  # env steps between evaluations, and one at the end (0: none)
+    episodes: int = MISSING  # episodes per evaluation, each from its own fixed eval seed
+
+    def __post_init__(self) -> None:
+        require(self.every >= 0, "eval.every", self.every, "integers >= 0 (0: no evaluation)")
+        require(self.episodes >= 1, "eval.episodes", self.episodes, "integers >= 1")
+
+
+@dataclass
 class RunConfig:
     env: Any = MISSING
     algo: Any = MISSING
@@ -29,6 +41,7 @@ class RunConfig:
     checkpoint_every: int = MISSING
     resume: Optional[str] = MISSING
     log_every: int = MISSING
+    eval: EvalConfig = MISSING
 
     def __post_init__(self) -> None:
         require(self.steps >= 1, "steps", self.steps, "integers >= 1")

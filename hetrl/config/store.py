@@ -38,7 +38,11 @@ from hetrl.config.replay import (
     UniformSamplerConfig,
 )
 from hetrl.config.run import RunConfig
-from hetrl.config.scheduler import PearlSchedulerConfig, SchedulerConfig
+from hetrl.config.scheduler import (
+    ActorQSchedulerConfig,
+    PearlSchedulerConfig,
+    SchedulerConfig,
+)
 from hetrl.config.tracking import (
     MlflowTrackingConfig,
     NullTrackingConfig,
@@ -55,7 +59,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "partitioner": {"ilp": IlpPartitionerConfig, "heft": HeftPartitionerConfig,
                     "single": SinglePartitionerConfig, "composer": ComposerPartitionerConfig},
     "scheduler": {"sync": SchedulerConfig, "onpolicy": SchedulerConfig,
-                  "actorq": SchedulerConfig, "pearl": PearlSchedulerConfig},
+                  "actorq": ActorQSchedulerConfig, "pearl": PearlSchedulerConfig},
     "replay": {"uniform": UniformReplayConfig, "prioritized": PrioritizedReplayConfig,
                "multi_agent": MultiAgentReplayConfig},
     "replay/sampler": {"uniform": UniformSamplerConfig, "locality": LocalitySamplerConfig,

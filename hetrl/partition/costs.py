@@ -27,6 +27,10 @@ class CostTable:
     comm: np.ndarray  # (n_edges, n_devices, n_devices)
     usage: dict[str, np.ndarray]  # resource -> (n_nodes, n_devices)
     capacity: dict[str, float]  # resource -> amount (np.inf: unconstrained)
+    # measured costs in more than one dtype (the host, precision=mixed): the dtype of node i
+    # on device k that `seconds[i, k]` is the time of, and each dtype's own seconds
+    dtypes: list[list[str]] | None = None
+    by_dtype: dict[str, np.ndarray] | None = None
 
 
 @dataclass
@@ -41,3 +45,4 @@ class Plan:
     objective: float  # the solver's objective (the ILP bound); == makespan for heuristics
     method: str  # "ilp", "heft", "single:<device>", ...
     status: str = "ok"  # solver status, e.g. "Optimal", "Not Solved (time limit)"
+    dtypes: list[str] | None = None  # per node, where measured costs chose them (the host)

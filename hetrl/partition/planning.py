@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -29,6 +29,9 @@ class StepPlan:
     baselines: dict[str, Plan]
     measured: bool = False  # costs timed on this host's devices, not modeled
     composition: Composition | None = None  # partitioner=composer: PEARL's RM/Learner placement
+    # the host, a precision other than fp32: seconds of one whole update of the learner as it
+    # trains ("precision") and in float32 ("float32"), measured in turns (`compare_updates`)
+    update_s: dict[str, float] | None = None
 
     def metrics(self, batch_size: int) -> dict[str, float]:
         """Modeled figures as `eps_platform`, `platform/*`, `speedup_vs_*`; a plan over measured
@@ -46,6 +49,15 @@ class StepPlan:
                 baseline.makespan / plan.makespan)
         for k, device in enumerate(plan.devices):
             metrics[f"{prefix}nodes_{device}"] = float(plan.assignment.count(k))
+        several = self.costs.by_dtype is not None and len(self.costs.by_dtype) > 1
+        if plan.dtypes is not None and (several or set(plan.dtypes) != {"float32"}):
+            for dtype in sorted(set(plan.dtypes)):
+                metrics[f"{prefix}nodes_{dtype}"] = float(plan.dtypes.count(dtype))
+        if self.update_s is not None:  # measured whole updates, not a schedule of node times
+            metrics["host/update_s"] = self.update_s["precision"]
+            metrics["host/update_fp32_s"] = self.update_s["float32"]
+            metrics["host/speedup_vs_fp32"] = (self.update_s["float32"]
+                                               / self.update_s["precision"])
         if self.composition is not None:  # PEARL's EPS of the whole iteration, Eq. (6)
             metrics.update(self.composition.metrics())
         return metrics
@@ -63,6 +75,15 @@ class StepPlan:
                 self.graph.nodes, self.plan.assignment, self.plan.start, self.plan.finish,
                 self.costs.seconds)
         ]
+        if self.plan.dtypes is not None:
+            for i, node in enumerate(nodes):
+                node["dtype"] = self.plan.dtypes[i]
+        if self.costs.by_dtype is not None and len(self.costs.by_dtype) > 1:
+            for i, node in enumerate(nodes):
+                node["seconds_by_dtype"] = {
+                    device: {dtype: float(table[i, k])
+                             for dtype, table in self.costs.by_dtype.items()}
+                    for k, device in enumerate(self.costs.devices)}
         return json.dumps(_null_unbounded({
             "costs": "measured" if self.measured else "modeled", "plan": describe(self.plan),
             "nodes": nodes, "baselines": {n: describe(p) for n, p in self.baselines.items()}}),
@@ -120,19 +141,30 @@ def _baseline(graph: TaskGraph, platform: ModeledPlatform, spec: BaselineSpec) -
 
 
 def plan_measured_step(learner: Learner, host: HostPlatform, partitioner,
-                       obs_space: gym.Space, act_space: gym.Space) -> StepPlan:
-    """The learner's step graph costed by timing each node on each of the host's devices,
-    partitioned over them (trivially on a CPU-only host), beside each device alone."""
+                       obs_space: gym.Space, act_space: gym.Space,
+                       dtypes: Sequence[str] = ("float32",), min_speedup: float = 1.0,
+                       costs: CostTable | None = None) -> StepPlan:
+    """The learner's step graph costed by timing each node on each of the host's devices in
+    each of `dtypes` (or given its `costs`, e.g. a timing table of a test), each layer in the
+    dtype that measured fastest on each device (`per_layer_dtypes`), partitioned over the
+    devices (trivially on a CPU-only host), beside each device alone and, when lower
+    precisions were measured, beside the whole step in float32."""
     graph = learner.task_graph(learner.batch_size)
-    costs = host.cost_table(graph, learner, obs_space, act_space)
+    if costs is None:
+        costs = host.cost_table(graph, learner, obs_space, act_space, dtypes, min_speedup)
     composition = None
     if hasattr(partitioner, "compose_measured"):  # PEARL's composer, on measured primitives
         composition = partitioner.compose_measured(
             costs, learner.batch_size, _buffer_size(learner),
             _experience_bytes(learner, obs_space, act_space))
-    if len(costs.devices) == 1:
-        return StepPlan(graph, costs, SinglePartitioner(costs.devices[0]).partition(costs), {},
-                        measured=True, composition=composition)
-    baselines = {f"{d}_only": SinglePartitioner(d).partition(costs) for d in costs.devices}
-    return StepPlan(graph, costs, partitioner.partition(costs), baselines, measured=True,
-                    composition=composition)
+    single = len(costs.devices) == 1
+    plan = (SinglePartitioner(costs.devices[0]) if single else partitioner).partition(costs)
+    if costs.dtypes is not None:
+        plan.dtypes = [costs.dtypes[i][k] for i, k in enumerate(plan.assignment)]
+    baselines = {} if single else {
+        f"{d}_only": SinglePartitioner(d).partition(costs) for d in costs.devices}
+    if costs.by_dtype is not None and len(costs.by_dtype) > 1 and "float32" in costs.by_dtype:
+        fp32 = replace(costs, seconds=costs.by_dtype["float32"], dtypes=None, by_dtype=None)
+        baselines["fp32"] = (SinglePartitioner(costs.devices[0]) if single
+                             else partitioner).partition(fp32)
+    return StepPlan(graph, costs, plan, baselines, measured=True, composition=composition)

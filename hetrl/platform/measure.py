@@ -13,6 +13,7 @@ time, and goes to the loss node(s): so the nodes' times sum to the measured step
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 from collections import defaultdict
@@ -39,11 +40,16 @@ class _Event(NamedTuple):
 
 
 def measure_step(learner: Learner, graph: TaskGraph, obs_space: gym.Space, act_space: gym.Space,
-                 device: torch.device, warmup: int = 2, repeats: int = 5) -> np.ndarray:
+                 device: torch.device, warmup: int = 2, repeats: int = 5,
+                 dtype: str = "float32") -> np.ndarray:
     """Seconds of each node of `graph` on `device`: the median over the `repeats` updates of
-    a copy of `learner` that ran it (TD3's delayed actor runs every other update); the
-    learner itself, its weights and every RNG stay as they were."""
+    a copy of `learner` that ran it (TD3's delayed actor runs every other update), the update
+    under autocast to `dtype` unless it is float32 (so each layer pass is timed in that dtype;
+    weights and optimizer stay float32); the learner itself, its weights and every RNG stay
+    as they were."""
     saved = rng_states()
+    autocast = (contextlib.nullcontext() if dtype == "float32"
+                else torch.autocast(device.type, dtype=getattr(torch, dtype)))
     probe = copy.deepcopy(learner).to(device)
     probe.device = device
     batch = random_batch(probe, obs_space, act_space, probe.batch_size, device)
@@ -53,12 +59,44 @@ def measure_step(learner: Learner, graph: TaskGraph, obs_space: gym.Space, act_s
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
             for i in range(warmup + repeats):
                 hooks.start()
-                probe.update(batch)
+                with autocast:
+                    probe.update(batch)
                 if i >= warmup:
                     samples.append(hooks.node_seconds())
     finally:
         set_rng_states(saved)
     return np.nan_to_num(np.nanmedian(np.array(samples), axis=0))
+
+
+def compare_updates(learners: dict[str, Learner], contexts: dict[str, Any],
+                    obs_space: gym.Space, act_space: gym.Space, device: torch.device,
+                    warmup: int = 2, repeats: int = 10) -> dict[str, float]:
+    """Median seconds of one whole update of each learner (set up already in its precision)
+    under its context, the learners taking turns update by update (in alternating order) so
+    that a load that comes and goes on a shared host, and whatever the one before left in the
+    caches, weigh on each alike. The learners are trained on a random
+    batch: pass copies; every RNG stays as it was."""
+    saved = rng_states()
+    samples: dict[str, list[float]] = {name: [] for name in learners}
+    try:
+        batch = random_batch(next(iter(learners.values())), obs_space, act_space,
+                             next(iter(learners.values())).batch_size, device)
+        names = list(learners)
+        for i in range(warmup + repeats):
+            for name in names if i % 2 == 0 else names[::-1]:  # no learner always goes first
+                learner = learners[name]
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                start = perf_counter()
+                with contexts[name]:
+                    learner.update(batch)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                if i >= warmup:
+                    samples[name].append(perf_counter() - start)
+    finally:
+        set_rng_states(saved)
+    return {name: float(np.median(times)) for name, times in samples.items()}
 
 
 def random_batch(learner: Learner, obs_space: gym.Space, act_space: gym.Space, n: int,

@@ -16,7 +16,9 @@ from torch import nn
 
 
 def compute_layers_in(network: nn.Module, dtypes: Mapping[str, torch.dtype]) -> None:
-    """Install hooks so that `network`'s submodule `name` computes in `dtypes[name]`."""
+    """Install hooks so that `network`'s submodule `name` computes in `dtypes[name]`. The
+    hooks are module-level functions and picklable objects, so the network still pickles
+    whole (an actor pool's processes get a copy of the learner)."""
     device_type = next(network.parameters()).device.type
     for name, layer in network.named_modules():
         dtype = dtypes.get(name)
@@ -25,23 +27,49 @@ def compute_layers_in(network: nn.Module, dtypes: Mapping[str, torch.dtype]) -> 
         if dtype == torch.float32:
             layer.register_forward_pre_hook(_cast_inputs_to_float32)
         else:
-            _autocast_layer(layer, torch.autocast(device_type, dtype=dtype))
-    network.register_forward_hook(lambda module, args, output: output.float())
+            autocast = LayerAutocast(device_type, dtype)
+            layer.register_forward_pre_hook(autocast.enter)
+            layer.register_forward_hook(autocast.leave)
+    network.register_forward_hook(_output_to_float32)
 
 
 def _cast_inputs_to_float32(module: nn.Module, args: tuple) -> tuple:
     return tuple(a.float() if torch.is_tensor(a) else a for a in args)
 
 
-def _autocast_layer(layer: nn.Module, context: torch.autocast) -> None:
-    def enter(module: nn.Module, args: tuple) -> None:
-        context.__enter__()
+def _output_to_float32(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+    return output.float()
 
-    def leave(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
-        context.__exit__(None, None, None)
 
-    layer.register_forward_pre_hook(enter)
-    layer.register_forward_hook(leave)
+class LayerAutocast:
+    """One layer's autocast to `dtype`: entered by its forward pre-hook, left by its forward
+    hook. Pickles as its device type and dtype (a live autocast context does not)."""
+
+    def __init__(self, device_type: str, dtype: torch.dtype) -> None:
+        self.device_type, self.dtype = device_type, dtype
+        self.context: torch.autocast | None = None
+
+    def enter(self, module: nn.Module, args: tuple) -> None:
+        self.context = torch.autocast(self.device_type, dtype=self.dtype)
+        self.context.__enter__()
+
+    def leave(self, module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+        if self.context is not None:
+            self.context.__exit__(None, None, None)
+            self.context = None
+
+    def __getstate__(self) -> dict:
+        return {"device_type": self.device_type, "dtype": self.dtype, "context": None}
+
+
+class RoundToBfloat16:
+    """An optimizer step post-hook that rounds `params` to bfloat16 (picklable)."""
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        self.params = params
+
+    def __call__(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        round_to_bfloat16(self.params)
 
 
 @torch.no_grad()

@@ -1,5 +1,8 @@
 """AP-DRL's hardware-aware mixed precision: every layer computes in the dtype of the device its
 plan assigns it (PS fp32; PL fp16 on fp32 master weights with dynamic loss scaling; AIE bf16).
+On the host (no modeled devices) the plan's dtypes are measured: each layer computes in the
+dtype of `prefer` (or float32) whose passes of it measured fastest on the host's device, where
+that beats float32 by `min_speedup` (`hetrl.platform.host.per_layer_dtypes`).
 
 What is emulated, and how (specs/ap-drl-pearl.md §A.2.6, D.1 #9-#10):
 - a layer's forward and backward run in the dtype of its (first) forward node's device;
@@ -22,16 +25,23 @@ from hetrl.config.enums import DType
 from hetrl.config.errors import ConfigError
 from hetrl.partition.costs import Plan
 from hetrl.partition.graph import Kind, Node, Pass, TaskGraph
-from hetrl.precision.layers import compute_layers_in, round_to_bfloat16
+from hetrl.precision.layers import RoundToBfloat16, compute_layers_in
 from hetrl.precision.scaling import LossScaling
 
 
 class HardwareAwarePrecision:
-    needs_plan: ClassVar[bool] = True  # validation: only on a modeled platform
+    needs_plan: ClassVar[bool] = True  # validation: a modeled platform, or the measured host
 
-    def __init__(self, prefer: list[str], loss_scaling: LossScaling | None = None) -> None:
+    def __init__(self, prefer: list[str], loss_scaling: LossScaling | None = None,
+                 min_speedup: float = 1.0) -> None:
         self.prefer = [DType(d) for d in prefer]
         self.loss_scaling = loss_scaling or LossScaling()
+        self.min_speedup = min_speedup
+
+    @property
+    def host_dtypes(self) -> tuple[str, ...]:
+        """The dtypes the host measures each layer pass in: float32 and those preferred."""
+        return tuple(dict.fromkeys(["float32", *(d.value for d in self.prefer)]))
 
     def dtype_chooser(self, platform) -> Callable[[Node, str], str]:
         """Each device's dtype: the first preferred one it supports natively."""
@@ -46,29 +56,37 @@ class HardwareAwarePrecision:
         if plan is None:
             raise ConfigError(
                 "precision=mixed needs a plan: choose a modeled platform (e.g. platform=versal) "
-                "so that layers are assigned to devices"
+                "or platform=host with platform.measure_layers=true, so that each layer is "
+                "assigned a device and a dtype"
             )
-        dtype_of = self.dtype_chooser(platform)
+        if plan.dtypes is not None:  # measured on the host: the plan's own dtypes
+            dtypes = plan.dtypes
+        else:
+            dtype_of = self.dtype_chooser(platform)
+            dtypes = [dtype_of(node, plan.devices[k])
+                      for node, k in zip(graph.nodes, plan.assignment)]
         forward: dict[str, dict[str, torch.dtype]] = defaultdict(dict)
         rounded: list[torch.Tensor] = []
-        for node, k in zip(graph.nodes, plan.assignment):
+        for node, name in zip(graph.nodes, dtypes):
             if node.kind is Kind.loss:  # computed by the update rule, in fp32
                 continue
-            dtype = getattr(torch, dtype_of(node, plan.devices[k]))
+            dtype = getattr(torch, name)
             module = getattr(learner, node.network).get_submodule(node.layer)
             if node.pass_ is Pass.forward:  # a layer run twice in a step keeps its first dtype
                 forward[node.network].setdefault(node.layer, dtype)
             elif node.pass_ is Pass.update and dtype == torch.bfloat16:
                 rounded.extend(module.parameters())
         for network, layers in forward.items():
-            compute_layers_in(getattr(learner, network), layers)
+            # a network all in float32 gets no hooks: the same numbers, without their cost
+            # (a small update on the host is dominated by such overheads)
+            if any(dtype != torch.float32 for dtype in layers.values()):
+                compute_layers_in(getattr(learner, network), layers)
         if rounded:
             for optimizer in learner.optimizers().values():
                 owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
                 mine = [p for p in rounded if id(p) in owned]
                 if mine:
-                    optimizer.register_step_post_hook(
-                        lambda opt, args, kwargs, params=mine: round_to_bfloat16(params))
+                    optimizer.register_step_post_hook(RoundToBfloat16(mine))
         if any(torch.float16 in layers.values() for layers in forward.values()):
             learner.scaler = self.loss_scaling.scaler(learner.device)
 

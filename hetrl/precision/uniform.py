@@ -23,6 +23,11 @@ class UniformPrecision:
         self.dtype = getattr(torch, self.dtype_name)
         self.loss_scaling = loss_scaling or LossScaling()
 
+    @property
+    def host_dtypes(self) -> tuple[str, ...]:
+        """The dtype the host measures each layer pass in: this one."""
+        return (self.dtype_name,)
+
     def dtype_chooser(self, platform: object) -> Callable[[Node, str], str]:
         """The dtype of every node on every device: the same one."""
         return lambda node, device: self.dtype_name

@@ -1,8 +1,9 @@
 """Multi-agent replay layouts: where each agent's part of a transition lives in memory.
 
-`PerAgentReplay` is the MARL paper's baseline: one ring per agent and per field (the
-reference code's buffers, in numpy), so a batch gathers the same slots from every agent's
-arrays, N gathers per field. `JointReplay` is its key-value layout: the slot is the key and
+`PerAgentListsReplay` is the MARL paper's baseline as its reference code (openai/maddpg) has
+it: one Python list of tuples per agent, a batch built by a Python loop per agent.
+`PerAgentReplay` is that layout in numpy: one ring per agent and per field, so a batch
+gathers the same slots from every agent's arrays, N gathers per field. `JointReplay` is its key-value layout: the slot is the key and
 the value one contiguous row holding every agent's fields, so a batch is one gather of rows.
 
 Storage grows by doubling up to `capacity` (the paper's 1M transitions of 24 agents would be
@@ -174,6 +175,77 @@ class PerAgentReplay(MultiAgentReplay):
 
     def arrays(self) -> list[np.ndarray]:
         return [array for field in self._fields() for array in field]
+
+
+class PerAgentListsReplay(MultiAgentReplay):
+    """The MARL paper's own baseline, as openai/maddpg stores it: one Python list per agent
+    of `(obs, action, reward, next_obs, done)` tuples (its `ReplayBuffer._storage`), written
+    by append or overwrite at the ring's slot, and a batch built the way its
+    `_encode_sample` builds one: for every agent, a Python loop over the sampled slots that
+    collects each field, then `np.array` of each list. Same sampler interface and same
+    batches as the numpy layouts."""
+
+    def __init__(self, capacity: int, obs_space: gym.spaces.Box,
+                 act_space: gym.spaces.MultiDiscrete, device: torch.device,
+                 sampler: UniformSampler) -> None:
+        super().__init__(capacity, obs_space, act_space, device, sampler)
+        self.storage: list[list[tuple]] = [[] for _ in self.obs_dims]
+
+    @classmethod
+    def row_bytes(cls, obs_space: gym.spaces.Box) -> int:
+        # per agent: a 5-tuple (~96 B), two float32 arrays (~112 B of header each), three
+        # Python scalars (~32 B each)
+        dims = (obs_space.high > obs_space.low).sum(axis=1)
+        return int(sum(96 + 2 * (112 + 4 * int(d)) + 3 * 32 for d in dims))
+
+    def grow(self, rows: int) -> None:
+        """Lists grow as they are appended to."""
+
+    def write(self, slots: np.ndarray, columns: Columns) -> None:
+        obs, actions, rewards, next_obs, terminated = columns
+        for i, (storage, d) in enumerate(zip(self.storage, self.obs_dims)):
+            for j, slot in enumerate(slots.tolist()):
+                data = (np.array(obs[j, i, :d], np.float32), int(actions[j, i]),
+                        float(rewards[j, i]), np.array(next_obs[j, i, :d], np.float32),
+                        float(terminated[j, i]))
+                if slot >= len(storage):
+                    storage.append(data)
+                else:
+                    storage[slot] = data
+
+    def gather(self, idx: np.ndarray) -> Columns:
+        n = len(idx)
+        obs = np.zeros((n, self.n_agents, self.width), np.float32)
+        next_obs = np.zeros_like(obs)
+        actions = np.zeros((n, self.n_agents), np.int64)
+        rewards = np.zeros((n, self.n_agents), np.float32)
+        terminated = np.zeros((n, self.n_agents), np.float32)
+        for i, (storage, d) in enumerate(zip(self.storage, self.obs_dims)):
+            # openai/maddpg (numpy 1: np.array(x, copy=False), numpy 2: np.asarray(x))
+            obses_t, acts, rews, obses_tp1, dones = [], [], [], [], []
+            for k in idx.tolist():
+                o, a, r, o2, done = storage[k]
+                obses_t.append(np.asarray(o))
+                acts.append(np.asarray(a))
+                rews.append(r)
+                obses_tp1.append(np.asarray(o2))
+                dones.append(done)
+            obs[:, i, :d], actions[:, i], rewards[:, i] = (
+                np.array(obses_t), np.array(acts), np.array(rews))
+            next_obs[:, i, :d], terminated[:, i] = np.array(obses_tp1), np.array(dones)
+        return obs, actions, rewards, next_obs, terminated
+
+    def arrays(self) -> list[np.ndarray]:
+        return []  # nothing in arrays: a checkpoint keeps the lists
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"storage": [list(s) for s in self.storage], "pos": self.pos,
+                "size": self.size, "sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.pos, self.size = state["pos"], state["size"]
+        self.storage = [list(s) for s in state["storage"]]
+        self.sampler.load_state_dict(state["sampler"])
 
 
 class JointReplay(MultiAgentReplay):

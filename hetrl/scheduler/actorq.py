@@ -29,9 +29,27 @@ from hetrl.scheduler.updates import Updates
 
 
 class ActorQScheduler:
+    """`rate_limiter=chunk`: updates follow the replay loops' schedule (`train_freq`,
+    `gradient_steps`) and an actor's pull waits while a chunk waits to be learned.
+    `rate_limiter=samples_per_insert` (the paper's, Reverb's SampleToInsertRatio): the learner
+    makes updates until it has sampled `samples_per_insert` transitions per transition
+    inserted past `learning_starts` (batch_size per update; `train_freq` and `gradient_steps`
+    are not used), and an actor's pull waits while the learner is more than `error_buffer`
+    samples short of that (counting the chunks handed back and not learned yet)."""
+
     on_policy = False
     actor_pool = True  # needs actors=process or actors=ray
     agents = (Agents.single,)  # the actors step gymnasium vector envs
+
+    def __init__(self, rate_limiter: str = "chunk", samples_per_insert: float = 16.0,
+                 error_buffer: float = 4096.0) -> None:
+        self.rate_limiter = rate_limiter
+        self.spi, self.error_buffer = samples_per_insert, error_buffer
+
+    def _spi_owed(self, learner: OffPolicyLearner, state: LoopState, inserts: int) -> int:
+        """Updates short of samples_per_insert x (inserts past learning_starts)."""
+        target = int(self.spi * max(0, inserts - learner.learning_starts) // learner.batch_size)
+        return max(0, target - state.updates)
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         pool: ActorPool = t.actors  # type: ignore[assignment]  # validate() ensures it
@@ -68,7 +86,7 @@ class ActorQScheduler:
             starts on that actor's chunk. This bounds how far the actors run ahead of the
             learner (the paper's samples-per-insert rate limiter, in chunks)."""
             for chunk in pool.results(block, stop=t.stop):
-                if backlog:
+                if self._behind(learner, state, [*backlog, chunk]):
                     deferred.add(chunk.rank)
                 else:
                     next_chunk(chunk.rank)
@@ -94,10 +112,24 @@ class ActorQScheduler:
                 boundary(int(chunk.stats["steps"]), state.obs, learner_metrics)
         finally:
             pool.close()
-        return loop_metrics(state, learner, learner_metrics)
+        metrics = loop_metrics(state, learner, learner_metrics)
+        inserted = state.step - learner.learning_starts
+        if inserted > 0:  # the ratio the learner kept: samples per transition inserted
+            metrics["actorq/samples_per_insert"] = (state.updates * learner.batch_size
+                                                    / inserted)
+        return metrics
 
-    @staticmethod
-    def _learn(chunk: Chunk, t: Training, state: LoopState, timer: PhaseTimer,
+    def _behind(self, learner: OffPolicyLearner, state: LoopState, waiting: list) -> bool:
+        """Whether an actor's next pull waits: a chunk waits to be learned (chunk), or the
+        learner is more than `error_buffer` samples short of samples_per_insert x the
+        transitions inserted and handed back (samples_per_insert)."""
+        if self.rate_limiter == "chunk":
+            return len(waiting) > 1
+        pending = sum(len(c.obs) * len(c.obs[0]) for c in waiting)
+        owed = self._spi_owed(learner, state, state.step + pending)
+        return owed * learner.batch_size > self.error_buffer
+
+    def _learn(self, chunk: Chunk, t: Training, state: LoopState, timer: PhaseTimer,
                updates: Updates, serve: Callable[[], None]) -> dict:
         """Store a chunk's transitions step by step and run the updates they are owed,
         serving the actors' pulls between updates."""
@@ -108,6 +140,8 @@ class ActorQScheduler:
                              chunk.next_obs[i], chunk.terminated[i], chunk.truncated[i],
                              stream=chunk.rank)
                 owed += updates.owed(len(chunk.obs[i]))
+        if self.rate_limiter == "samples_per_insert":
+            owed = self._spi_owed(t.learner, state, state.step)  # type: ignore[arg-type]
         state.record_episodes(chunk.returns)
         totals = state.actors.setdefault(chunk.rank, {})
         for name, value in chunk.stats.items():

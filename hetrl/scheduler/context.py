@@ -45,6 +45,8 @@ class Training:
     make_envs: Callable[[], gym.vector.VectorEnv] | None = None  # more envs like `envs`
     seed: int = 0
     log_text: Callable[[str, str], None] | None = None  # (text, artifact name): the tracker's
+    evaluate: Callable[[], dict[str, float]] | None = None  # deterministic evaluation, if on
+    eval_every: int = 0  # env steps between evaluations (and one at the end)
 
 
 TRAINING_PHASES = ("replay_add", "rollout_add", "advantages", "sample", "update",
@@ -124,6 +126,12 @@ class StepBoundary:
                 state.history.append((state.step, metrics["return_mean_100"]))
                 state.history_s.append(state.elapsed_s)
             t.report(state.step, metrics)
+        if t.evaluate is not None and (_crossed(state.step, n, t.eval_every) or finished):
+            start = perf_counter()
+            metrics = t.evaluate()
+            state.eval_history.append((state.step, metrics["eval/return_mean"]))
+            t.report(state.step, metrics)
+            self._tick += perf_counter() - start  # evaluating is no part of the loop's time
         if checkpoint_due and not finished:
             t.checkpoint(state)
 

@@ -22,6 +22,7 @@ class LoopState:
     history_s: list[float] = field(default_factory=list)  # elapsed_s at each history point
     actors: dict[int, dict[str, float]] = field(default_factory=dict)  # rank -> stat totals
     obs: np.ndarray | None = None
+    eval_history: list[tuple[int, float]] = field(default_factory=list)  # (step, eval return)
 
     def record_episodes(self, returns: np.ndarray) -> None:
         self.returns.extend(float(r) for r in returns)

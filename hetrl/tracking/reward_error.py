@@ -1,5 +1,6 @@
 """`reward_error_pct`: a run's final return against its reference run (AP-DRL's reward error:
-|R - R_ref| / |R_ref| x 100, R the final return_mean_100).
+|R - R_ref| / |R_ref| x 100, R the final deterministic evaluation's `eval/return_mean` when
+the run evaluates (`eval.every`), else the final training return_mean_100).
 
 The reference is the same job with the plain choices of what hetrl optimizes: fp32 for the
 precision policy (AP-DRL), the uniform sampler (every layout's default) for the MARL paper's
@@ -89,14 +90,15 @@ def reference_metrics(cfg: DictConfig, choices: Mapping[str, str], results: Mapp
     actor pool `time_to_95pct_s` against the run with fp32 actors."""
     metrics: dict[str, float] = {}
     reference = reference_job(cfg, choices)
-    if reference is not None and "return_mean_100" in results and results.get("updates", 1) > 0:
+    key = final_return_key(results)
+    if reference is not None and key in results and results.get("updates", 1) > 0:
         twin_cfg, twin_choices = reference
         tags = {"numerics_key": numerics_key(twin_cfg), "precision": twin_choices["precision"]}
         twin = twin_metrics(tracker, tags, twin_cfg, twin_choices, out_dir / "reference",
-                            train_twin)
-        value = twin["return_mean_100"]
+                            train_twin, key)
+        value = twin[key]
         if twin.get("updates", 1) > 0:  # no error against a reference that never learned
-            metrics["reward_error_pct"] = reward_error_pct(results["return_mean_100"], value)
+            metrics["reward_error_pct"] = reward_error_pct(results[key], value)
         else:
             log.warning("the reference run made no update: no reward_error_pct")
         metrics["reward_reference"] = value
@@ -135,18 +137,24 @@ def twin_return(tracker: Tracker, tags: Mapping[str, str], twin: DictConfig,
                         train_twin)["return_mean_100"]
 
 
+def final_return_key(results: Mapping[str, Any]) -> str:
+    """The final return a reward error stands on: the last deterministic evaluation's
+    (`eval/return_mean`) when the run evaluates, else the training `return_mean_100`."""
+    return "eval/return_mean" if "eval/return_mean" in results else "return_mean_100"
+
+
 def twin_metrics(tracker: Tracker, tags: Mapping[str, str], twin: DictConfig,
-                 twin_choices: Mapping[str, str], twin_dir: Path, train_twin: TrainTwin
-                 ) -> dict[str, float]:
-    """`return_mean_100` and, where known, `updates` of the finished run with these tags,
-    or of `twin`, trained now when there is none yet."""
-    reference = tracker.find_metric(tags, "return_mean_100")
+                 twin_choices: Mapping[str, str], twin_dir: Path, train_twin: TrainTwin,
+                 key: str = "return_mean_100") -> dict[str, float]:
+    """The final `key` (a return) and, where known, `updates` of the finished run with
+    these tags, or of `twin`, trained now when there is none yet."""
+    reference = tracker.find_metric(tags, key)
     if reference is None:
         log.info("no reference run %s yet: training it", dict(tags))
         twin_dir.mkdir(exist_ok=True)
         results = train_twin(twin, twin_choices, twin_dir)
-        return {key: results[key] for key in ("return_mean_100", "updates") if key in results}
-    found = {"return_mean_100": reference}
+        return {k: results[k] for k in (key, "updates") if k in results}
+    found = {key: reference}
     if (updates := tracker.find_metric(tags, "updates")) is not None:
         found["updates"] = updates
     return found

@@ -31,8 +31,8 @@ BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 CHOICE_TAGS = ("algo", "env", "platform", "precision", "partitioner", "scheduler", "replay",
                "seed")
 NOT_STARTED = "NOT_STARTED"  # the status column of a job the sweep never reached
-SUMMARY_METRICS = ("return_mean_100", "reward_error_pct", "sps", "eps_host", "eps_platform",
-                   "phi_d", "updates")
+SUMMARY_METRICS = ("return_mean_100", "eval/return_mean", "reward_error_pct", "sps", "eps_host",
+                   "eps_platform", "phi_d", "updates")
 
 
 class MlflowSweep(Callback):
@@ -167,7 +167,20 @@ class MlflowSweep(Callback):
                            ("jobs_not_started", len(not_started))):
             self.client.log_metric(self.parent_id, key, value)
         self._log_portability(children)
+        self._log_seed_reward_errors(children)
         return children, len(not_started)
+
+    def _log_seed_reward_errors(self, children: list) -> None:
+        """The reward error of the seed means, its interval and the fp32 noise floor
+        (hetrl.tracking.seeds), where the sweep has seeds of fp32 and another precision."""
+        from hetrl.tracking.seeds import seed_reward_errors
+
+        found = seed_reward_errors(children, self.keys)
+        if found is not None:
+            text, metrics = found
+            self.client.log_text(self.parent_id, text, "seed_reward_error.csv")
+            for key, value in metrics.items():
+                self.client.log_metric(self.parent_id, key, value)
 
     def _log_portability(self, children: list) -> None:
         """PEARL's Φ(P) (Eq. 7) where the sweep spans platforms: per setting, the harmonic

@@ -1,0 +1,40 @@
+"""Deterministic evaluation during training (`eval.every`, `eval.episodes`): eval envs of
+their own seeds, `eval/return_mean` over steps, and the reward error on the final evaluation."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import metric_history, mlflow_runs, run_job
+
+OFF_POLICY = ("algo=dqn", "steps=400", "algo.learning_starts=100", "algo.train_freq=4",
+              "algo.gradient_steps=1", "algo.hidden=[16,16]", "algo.batch_size=16",
+              "log_every=100")
+ON_POLICY = ("algo=a2c", "env=cartpole", "steps=200", "algo.n_steps=20", "algo.hidden=[16]",
+             "log_every=100")
+
+
+@pytest.mark.parametrize("job", [OFF_POLICY, ON_POLICY], ids=["off_policy", "on_policy"])
+def test_the_same_seed_evaluates_to_the_same_returns_and_evaluating_changes_no_training(
+        tmp_path, job):
+    evaluated = [run_job(tmp_path, *job, "seed=3", "eval.every=100", "eval.episodes=3",
+                         "tracking=none") for _ in range(2)]
+    plain = run_job(tmp_path, *job, "seed=3", "tracking=none")
+    assert evaluated[0]["eval/return_mean"] == evaluated[1]["eval/return_mean"]
+    assert "eval/return_mean" not in plain
+    # the evaluation leaves every RNG as it was: training is the same with it or without
+    for key in ("return_mean_100", "episodes", "updates"):
+        assert evaluated[0][key] == plain[key], key
+
+
+def test_evaluations_are_logged_over_steps_and_the_reward_error_stands_on_the_last(tmp_path):
+    run_job(tmp_path, *OFF_POLICY, "precision=bf16", "eval.every=200", "eval.episodes=2")
+    runs = {r.data.tags["precision"]: r for r in mlflow_runs(tmp_path)}
+    assert set(runs) == {"bf16", "fp32"}  # the fp32 twin, evaluated alike
+    curve = metric_history(tmp_path, runs["bf16"].info.run_id, "eval/return_mean")
+    assert [step for step, _ in curve] == [200, 400]
+    reference = runs["fp32"].data.metrics["eval/return_mean"]
+    metrics = runs["bf16"].data.metrics
+    assert metrics["reward_reference"] == reference  # the twin's final evaluation
+    expected = abs(metrics["eval/return_mean"] - reference) / abs(reference) * 100
+    assert metrics["reward_error_pct"] == pytest.approx(expected)
+    assert "return_mean_100" in metrics  # the training return keeps its own name
