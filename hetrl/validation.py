@@ -67,6 +67,8 @@ def _check_algo_fits_platform(cfg: DictConfig, choices: Mapping[str, str]) -> No
 
 
 def _check_replay_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    if not getattr(get_class(cfg.scheduler._target_), "uses_replay", True):
+        return  # a loop that keeps its own data (scheduler=selfplay's window of games)
     agents = Agents(cfg.env.agents)
     has = getattr(get_class(cfg.replay._target_), "agents", Agents.single)
     if has != agents:

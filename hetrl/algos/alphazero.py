@@ -287,8 +287,8 @@ def match(n_games: int, game: GoGame, black_first, white_first, cfg: SearchConfi
             if not live:
                 break
             for player, colour_a in ((a, True), (b, False)):
-                mine = [j for j in live
-                        if (positions[j].to_play == 1) == (a_black[j] == colour_a)]
+                mine = [j for j in live if not positions[j].is_terminal()
+                        and (positions[j].to_play == 1) == (a_black[j] == colour_a)]
                 if not mine:
                     continue
                 if player is None:
