@@ -67,9 +67,9 @@ def _check_algo_fits_platform(cfg: DictConfig, choices: Mapping[str, str]) -> No
 
 
 def _check_replay_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
-    if not getattr(get_class(cfg.scheduler._target_), "uses_replay", True):
-        return  # a loop that keeps its own data (scheduler=selfplay's window of games)
     agents = Agents(cfg.env.agents)
+    if agents == Agents.game or not getattr(get_class(cfg.scheduler._target_), "uses_replay", True):
+        return  # games are self-played by a loop that keeps its own window of games
     has = getattr(get_class(cfg.replay._target_), "agents", Agents.single)
     if has != agents:
         raise ConfigError(

@@ -49,7 +49,7 @@ class SelfPlayScheduler:
     def __init__(self, workers: int, trainers: int, games_per_generation: int,
                  concurrent_games: int, generations: int, window: int, train_steps: int,
                  gating_games: int, gating_win_rate: float, eval_games: int,
-                 eval_readouts: int) -> None:
+                 eval_readouts: int, eval_every: int = 1) -> None:
         self.workers, self.trainers = workers, trainers
         self.games_per_generation = games_per_generation
         self.concurrent_games = concurrent_games
@@ -57,6 +57,7 @@ class SelfPlayScheduler:
         self.train_steps = train_steps
         self.gating_games, self.gating_win_rate = gating_games, gating_win_rate
         self.eval_games, self.eval_readouts = eval_games, eval_readouts
+        self.eval_every = eval_every
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         learner: AlphaZero = t.learner  # type: ignore[assignment]  # validate() ensures it
@@ -114,10 +115,14 @@ class SelfPlayScheduler:
                         learner.accept()
                 gating_s = time.perf_counter() - start
                 start = time.perf_counter()
+                last = gen + 1 >= self.generations or state.step >= t.steps
                 with timer("eval"):
-                    vs_random = match(self.eval_games, game,
-                                      evaluator(learner.best, game, learner.device), None,
-                                      eval_cfg, rng, self.concurrent_games)
+                    if (gen + 1) % self.eval_every == 0 or last:
+                        vs_random = match(self.eval_games, game,
+                                          evaluator(learner.best, game, learner.device), None,
+                                          eval_cfg, rng, self.concurrent_games)
+                        sp["vs_random"] = vs_random
+                    vs_random = sp.get("vs_random", float("nan"))
                 eval_s = time.perf_counter() - start
                 sp["generation"] = gen + 1
                 sp["positions"] = sum(len(w[1]) for w in sp["window"])
@@ -145,19 +150,22 @@ class SelfPlayScheduler:
                 state.history_s.append(state.elapsed_s)
                 state.elapsed_s += selfplay_s + train_s + gating_s + eval_s
                 metrics.update(loop_metrics(state, learner, learner_metrics))
+                sp["metrics"] = metrics
                 t.report(state.step, metrics)
                 log.info("generation %d: %d games, %.1f games/s, %.0f leaf evals/s (batch "
-                         "%.1f), loss %.3f, gating %.2f (%s), vs random %.2f", gen + 1,
+                         "%.1f), black wins %.2f, loss %.3f (value %.3f), gating %.2f (%s), vs random %.2f", gen + 1,
                          len(records), metrics["selfplay/games_per_s"],
                          metrics["selfplay/leaf_evals_per_s"], stats.mean_batch,
-                         float(learner_metrics.get("loss", float("nan"))), rate,
+                         metrics["selfplay/black_win_rate"],
+                         float(learner_metrics.get("loss", float("nan"))),
+                         float(learner_metrics.get("value_loss", float("nan"))), rate,
                          "accepted" if accepted else "rejected", vs_random)
                 if t.checkpoint_every > 0:
                     t.checkpoint(state)
         finally:
             if pool is not None:
                 pool.close()
-        return metrics or loop_metrics(state, learner, learner_metrics)
+        return metrics or sp.get("metrics") or loop_metrics(state, learner, learner_metrics)
 
     def _train(self, learner: AlphaZero, window: list, t: Training,
                rng: np.random.Generator) -> dict[str, Any]:
