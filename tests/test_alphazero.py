@@ -81,5 +81,7 @@ def test_worker_processes_play_the_games(tmp_path: Path):
 def test_alphazero_learns_to_beat_random_on_go5(tmp_path: Path):
     """The default job's recipe, shortened for CI: the latest generation wins >= 90% of 100
     games against a uniformly random player, colours alternating."""
-    results = run_job(tmp_path, "algo=alphazero", "tracking=none", "scheduler.eval_games=100")
+    results = run_job(tmp_path, "algo=alphazero", "tracking=none", "scheduler.generations=5",
+                      "scheduler.eval_games=100", "scheduler.eval_every=5")
+    assert results["selfplay/generation"] == 5
     assert results["selfplay/win_rate_vs_random"] >= 0.9

@@ -217,7 +217,7 @@ class _WorkerPool:
 
     def play(self, games: int, concurrent: int, budget: int, gen: int,
              stats: SearchStats) -> list[GameRecord]:
-        weights = {k: v.cpu() for k, v in self.learner.best.state_dict().items()}
+        weights = plain_state_dict(self.learner.best)
         n = len(self.procs)
         shares = [games // n + (rank < games % n) for rank in range(n)]
         for rank, q in enumerate(self.tasks):
@@ -225,9 +225,11 @@ class _WorkerPool:
         records, done = [], 0
         while done < n:
             try:
-                kind, payload = self.results.get(timeout=600)
-            except queue.Empty as error:
-                raise RuntimeError("self-play workers sent nothing for 10 minutes") from error
+                kind, payload = self.results.get(timeout=5)
+            except queue.Empty:
+                if dead := [rank for rank, p in enumerate(self.procs) if not p.is_alive()]:
+                    raise RuntimeError(f"self-play workers {dead} died") from None
+                continue
             if kind == "game":
                 records.append(payload)
             elif kind == "done":
@@ -245,6 +247,20 @@ class _WorkerPool:
             p.join(timeout=10)
             if p.is_alive():
                 p.terminate()
+
+
+def plain_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The module's state as a plain network loads it: a parametrized weight (precision=qat's
+    fake quantization) as the forward pass sees it."""
+    out = {}
+    for key, value in module.state_dict().items():
+        if ".parametrizations." in key:
+            prefix, rest = key.split(".parametrizations.")
+            name = rest.split(".")[0]
+            out[f"{prefix}.{name}"] = getattr(module.get_submodule(prefix), name).detach().cpu()
+        else:
+            out[key] = value.cpu()
+    return out
 
 
 def _worker(rank: int, spec: dict, search: dict, seed: int, tasks: Any, results: Any) -> None:
