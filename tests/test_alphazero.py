@@ -25,7 +25,7 @@ TINY = ("steps=64", "algo.width=8", "algo.blocks=1", "algo.search.readouts=8",
     (("algo=alphazero", "env=cartpole"), ["algo=alphazero", "go5", "go9"]),
     (("algo=dqn", "env=go9"), ["env=go9", "alphazero"]),
     (("algo=alphazero", "scheduler=sync"), ["scheduler=sync", "selfplay"]),
-    (("algo=alphazero", "scheduler.trainers=2"), ["scheduler.trainers"]),
+    (("algo=alphazero", "scheduler.trainers=0"), ["scheduler.trainers"]),
 ])
 def test_validation_keeps_go_and_alphazero_together(overrides, words):
     cfg, choices = compose_job(*overrides)
@@ -75,6 +75,12 @@ def test_worker_processes_play_the_games(tmp_path: Path):
     results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=1",
                       "scheduler.workers=2", "tracking=none")
     assert results["selfplay/games"] >= 2 and results["updates"] == 2
+
+
+def test_data_parallel_trainers_train_a_generation(tmp_path: Path):
+    results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=1",
+                      "scheduler.trainers=2", "tracking=none")
+    assert results["updates"] == 2 and results["learner/loss"] > 0
 
 
 @pytest.mark.slow

@@ -101,6 +101,12 @@ class AlphaZero(Learner):
                  l2: float, value_weight: float, search: dict[str, Any],
                  **_: Any) -> None:
         super().__init__(device=device, hidden=[width] * blocks, lr=lr_values[0], gamma=1.0)
+        # what another process needs to make the same learner (data-parallel trainers)
+        self.init_kwargs = dict(obs_shape=tuple(obs_space.shape), num_actions=int(act_space.n),
+                                width=width, blocks=blocks, batch_size=batch_size,
+                                lr_values=list(lr_values), lr_boundaries=list(lr_boundaries),
+                                momentum=momentum, l2=l2, value_weight=value_weight,
+                                search=dict(search))
         planes, n, _ = obs_space.shape
         self.board_size, self.planes = n, planes
         self.width, self.blocks = width, blocks
@@ -125,24 +131,35 @@ class AlphaZero(Learner):
             logits, _ = self.best(self.obs_tensor(obs))
         return logits.argmax(dim=1).cpu().numpy()
 
-    def update(self, batch: Any) -> dict[str, torch.Tensor]:
-        """One step on (planes, pi, z) tensors: z is the result for the side to move."""
-        planes, pi, z = batch
-        ks = torch.randint(8, (len(planes),))
-        planes, pi = augment(planes.float(), pi, self.board_size, ks)
+    def update(self, batch: Any, model: nn.Module | None = None) -> dict[str, torch.Tensor]:
+        """One step on (planes, pi, z) tensors: z is the result for the side to move.
+        `model`: `net` wrapped for data-parallel training (DDP averages the gradients)."""
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(self.updates)
-        self.net.train()
-        logits, value = self.net(planes.to(self.device))
+        loss, metrics = self.losses(batch, model)
+        self.optimize(self.optimizer, loss)
+        self.updates += 1
+        return metrics
+
+    def losses(self, batch: Any, model: nn.Module | None = None, augmented: bool = True,
+               train: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """MLPerf's loss on a batch, each row in a random symmetry (unless not `augmented`);
+        `train=False` normalizes with BN's running statistics (a loss that is a mean over
+        rows, whatever the batch: what the data-parallel test compares)."""
+        planes, pi, z = batch
+        planes = planes.float()
+        if augmented:
+            planes, pi = augment(planes, pi, self.board_size, torch.randint(8, (len(planes),)))
+        model = self.net if model is None else model
+        model.train(train)
+        logits, value = model(planes.to(self.device))
         pi, z = pi.to(self.device), z.to(self.device)
         policy_loss = -(pi * F.log_softmax(logits, dim=1)).sum(dim=1).mean()
         value_loss = F.mse_loss(value, z)
         l2 = sum((p * p).sum() for n, p in self.net.named_parameters() if p.dim() > 1) / 2
         loss = policy_loss + self.value_weight * value_loss + self.l2 * l2
-        self.optimize(self.optimizer, loss)
-        self.updates += 1
-        return {"loss": loss.detach(), "policy_loss": policy_loss.detach(),
-                "value_loss": value_loss.detach(), "l2": l2.detach()}
+        return loss, {"loss": loss.detach(), "policy_loss": policy_loss.detach(),
+                      "value_loss": value_loss.detach(), "l2": l2.detach()}
 
     def accept(self) -> None:
         """`net` passed gating: self-play now plays with it."""
@@ -155,6 +172,13 @@ class AlphaZero(Learner):
     def restore(self, state: dict[str, Any]) -> None:
         super().restore(state)
         self.generation = state.get("generation", 0)
+
+
+def make_learner(obs_shape: tuple, num_actions: int, **kwargs: Any) -> AlphaZero:
+    """An AlphaZero learner on the CPU from `AlphaZero.init_kwargs` (in another process)."""
+    return AlphaZero(obs_space=gym.spaces.Box(0.0, 1.0, obs_shape, np.float32),
+                     act_space=gym.spaces.Discrete(num_actions), device=torch.device("cpu"),
+                     **kwargs)
 
 
 def evaluator(net: nn.Module, game: GoGame, device: torch.device | str = "cpu"):

@@ -37,7 +37,7 @@ class SelfPlaySchedulerConfig(SchedulerConfig):
     """MiniGo's loop (scheduler=selfplay, `hetrl.scheduler.selfplay`)."""
 
     workers: int = MISSING  # self-play processes (0: in the learner's process)
-    trainers: int = MISSING  # data-parallel trainers
+    trainers: int = MISSING  # data-parallel trainers (DDP over gloo; 1: this process alone)
     games_per_generation: int = MISSING
     concurrent_games: int = MISSING  # games whose leaves are batched, per process
     generations: int = MISSING
@@ -57,7 +57,6 @@ class SelfPlaySchedulerConfig(SchedulerConfig):
         for key in ("workers", "gating_games", "eval_games"):
             require(getattr(self, key) >= 0, f"scheduler.{key}", getattr(self, key),
                     "integers >= 0")
-        require(self.trainers == 1, "scheduler.trainers", self.trainers,
-                "1 (data-parallel trainers are not implemented yet)")
+        require(self.trainers >= 1, "scheduler.trainers", self.trainers, "integers >= 1")
         require(0 <= self.gating_win_rate <= 1, "scheduler.gating_win_rate",
                 self.gating_win_rate, "floats in [0, 1]")

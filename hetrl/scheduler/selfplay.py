@@ -3,6 +3,9 @@ W generations, train one generation from the window, gate it against the previou
 
 Each generation:
 
+Training is data-parallel over `trainers` ranks (`hetrl.scheduler.dataparallel`: DDP over
+gloo, the global batch split evenly) when `trainers` > 1.
+
 1. **Self-play.** `workers` processes (0: this process) each play their share of
    `games_per_generation` games with `best`, `concurrent_games` at a time with their leaf
    evaluations batched (`hetrl.algos.mcts`); each finished game comes back at once and goes
@@ -34,6 +37,7 @@ import torch
 from hetrl.algos.alphazero import AlphaZero, GameRecord, PolicyValueNet, evaluator, match, play_games
 from hetrl.algos.mcts import SearchConfig, SearchStats
 from hetrl.config.enums import Agents
+from hetrl.scheduler.dataparallel import DataParallelTrainers
 from hetrl.envs.go import GoGame
 from hetrl.scheduler.context import Stopped, Training, loop_metrics
 from hetrl.scheduler.state import LoopState, PhaseTimer
@@ -67,6 +71,11 @@ class SelfPlayScheduler:
         timer = PhaseTimer(state.phase_s)
         rng = np.random.default_rng(t.seed + 1000 * sp["generation"])
         pool = _WorkerPool(self.workers, game, learner, t.seed) if self.workers > 0 else None
+        trainers = None
+        if self.trainers > 1:
+            trainers = DataParallelTrainers(self.trainers, learner, t.seed)
+            for entry in sp["window"]:  # a resumed loop's window
+                trainers.add_generation(entry, self.window)
         metrics: dict[str, float] = {}
         learner_metrics: dict[str, Any] = {}
         try:
@@ -93,10 +102,16 @@ class SelfPlayScheduler:
                 state.episodes += len(records)
                 sp["window"].append((gen, *_stack(records, game)))
                 sp["window"] = sp["window"][-self.window:]
+                if trainers is not None:
+                    trainers.add_generation(sp["window"][-1], self.window)
 
                 start = time.perf_counter()
                 with timer("update"):
-                    learner_metrics = self._train(learner, sp["window"], t, rng)
+                    if trainers is None:
+                        learner_metrics = self._train(learner, sp["window"], t, rng)
+                    else:
+                        learner_metrics = trainers.train(sp["window"], self.train_steps, rng,
+                                                         t.precision)
                     state.updates = learner.updates
                 train_s = time.perf_counter() - start
 
@@ -165,6 +180,8 @@ class SelfPlayScheduler:
         finally:
             if pool is not None:
                 pool.close()
+            if trainers is not None:
+                trainers.close()
         return metrics or sp.get("metrics") or loop_metrics(state, learner, learner_metrics)
 
     def _train(self, learner: AlphaZero, window: list, t: Training,
