@@ -114,3 +114,15 @@ def test_env_plays_a_game_against_random():
             break
     else:
         pytest.fail("no game ended")
+
+
+def test_sgf_of_a_game(game):
+    from hetrl.algos.alphazero import GameRecord, to_sgf
+
+    moves = [game.action(c) for c in "a1 e5 c3".split()] + [game.pass_action] * 2
+    pos = game.position_from(moves)
+    record = GameRecord(moves, pos.winner(), False, None, None, None, pos.score())
+    sgf = to_sgf(record, game)
+    assert sgf.startswith("(;GM[1]FF[4]") and "SZ[5]KM[7.5]RU[Tromp-Taylor]" in sgf
+    assert ";B[ae];W[ea];B[cc];W[];B[])" in sgf  # a1 is the bottom-left: SGF's row "e"
+    assert f"RE[{'B' if pos.winner() == 1 else 'W'}+{abs(pos.score()):g}]" in sgf

@@ -209,6 +209,22 @@ class GameRecord:
     score: float | None = None  # Tromp-Taylor, black minus white (None if resigned)
 
 
+def to_sgf(record: GameRecord, game: GoGame, name: str = "hetrl") -> str:
+    """The game as SGF (FF[4]; any Go viewer opens it): Tromp-Taylor rules, komi, result."""
+    def point(action: int) -> str:
+        if action == game.pass_action:
+            return ""
+        row, col = divmod(action, game.n)
+        return "abcdefghijklmnopqrs"[col] + "abcdefghijklmnopqrs"[game.n - 1 - row]  # top row "a"
+
+    colour = "B" if record.winner == 1 else "W"
+    result = f"{colour}+R" if record.resigned else f"{colour}+{abs(record.score or 0):g}"
+    head = (f"(;GM[1]FF[4]CA[UTF-8]AP[hetrl]SZ[{game.n}]KM[{game.komi:g}]RU[Tromp-Taylor]"
+            f"PB[{name}]PW[{name}]RE[{result}]")
+    moves = "".join(f";{'BW'[i % 2]}[{point(a)}]" for i, a in enumerate(record.moves))
+    return head + moves + ")\n"
+
+
 @dataclass
 class _Game:
     pos: GoPosition

@@ -20,7 +20,8 @@ gloo, the global batch split evenly) when `trainers` > 1.
 `steps` counts the moves played in self-play; the loop ends after `generations` generations or
 once `steps` moves are played (a generation stops starting games when the budget is spent).
 Logged per generation (`selfplay/*`): games/s, positions/s, leaf evaluations/s, mean leaf
-batch, self-play / train / gating / evaluation seconds, losses, win rates.
+batch, self-play / train / gating / evaluation seconds, losses, win rates; one sampled game of
+each generation as an SGF artifact (`sgf/generation_NNNN.sgf`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from hetrl.algos.alphazero import AlphaZero, GameRecord, PolicyValueNet, evaluator, match, play_games
+from hetrl.algos.alphazero import (
+    AlphaZero,
+    GameRecord,
+    PolicyValueNet,
+    evaluator,
+    match,
+    play_games,
+    to_sgf,
+)
 from hetrl.algos.mcts import SearchConfig, SearchStats
 from hetrl.config.enums import Agents
 from hetrl.scheduler.dataparallel import DataParallelTrainers
@@ -99,6 +108,10 @@ class SelfPlayScheduler:
                 selfplay_s = time.perf_counter() - start
                 moves = sum(len(r.moves) for r in records)
                 state.step += moves
+                if records and t.log_text is not None:  # a sampled game, as SGF
+                    sampled = records[int(rng.integers(len(records)))]
+                    t.log_text(to_sgf(sampled, game, f"generation {learner.generation}"),
+                               f"sgf/generation_{gen:04d}.sgf")
                 state.episodes += len(records)
                 sp["window"].append((gen, *_stack(records, game)))
                 sp["window"] = sp["window"][-self.window:]
