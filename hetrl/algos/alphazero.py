@@ -272,17 +272,17 @@ def play_games(n_games: int, concurrent: int, game: GoGame, evaluate, cfg: Searc
         still = []
         for g in live:
             root = g.root
-            visits = root.visits()
+            policy = root.search_policy()
             if g.full:
-                g.samples.append((g.pos, visits / visits.sum()))
+                g.samples.append((g.pos, policy))
             mover_q = root.Q * g.pos.to_play
             if g.can_resign and mover_q < cfg.resign_threshold:
                 g.resigned_by = g.pos.to_play
             else:
                 if len(g.moves) < softpicks:
-                    action = int(rng.choice(len(visits), p=visits / visits.sum()))
+                    action = int(rng.choice(len(policy), p=policy))
                 else:
-                    action = int(np.argmax(visits))
+                    action = int(np.argmax(policy))
                 child = root.child(action)
                 child.parent = None  # the tree below the move is kept
                 g.root, g.pos = child, child.pos
@@ -339,7 +339,7 @@ def match(n_games: int, game: GoGame, black_first, white_first, cfg: SearchConfi
                 searches = [Search(Node(positions[j]), cfg.readouts) for j in mine]
                 run_searches(searches, player, cfg)
                 for j, s in zip(mine, searches):
-                    positions[j] = positions[j].play(int(np.argmax(s.root.visits())))
+                    positions[j] = positions[j].play(int(np.argmax(s.root.search_policy())))
         for j, pos in enumerate(positions):
             winner = pos.winner()
             wins += int((winner == 1) == a_black[j])

@@ -113,6 +113,13 @@ class Node:
     def visits(self) -> np.ndarray:
         return self.child_N.copy()
 
+    def search_policy(self) -> np.ndarray:
+        """The visit distribution; the prior where no child was visited yet (one readout
+        expands only the root)."""
+        visits = self.child_N
+        total = visits.sum()
+        return visits / total if total > 0 else self.prior.copy()
+
 
 def select_leaf(root: Node, cfg: SearchConfig) -> Node:
     node = root
