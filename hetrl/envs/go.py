@@ -181,14 +181,16 @@ def liberty_counts(board: np.ndarray) -> np.ndarray:
     if nb + nw == 0:
         return groups
     n = board.shape[0]
-    padded = np.pad(groups, 1)
+    padded = np.zeros((n + 2, n + 2), dtype=np.int32)
+    padded[1:-1, 1:-1] = groups
     neighbours = np.stack([padded[:-2, 1:-1], padded[2:, 1:-1], padded[1:-1, :-2],
                            padded[1:-1, 2:]])  # (4, N, N): the group beside each point
     empty = np.flatnonzero(board.ravel() == 0)
     beside = neighbours.reshape(4, -1)[:, empty]  # (4, n_empty)
-    keys = beside.astype(np.int64) * (n * n) + empty[None, :]
-    keys = np.unique(keys[beside > 0])  # (group, empty point) pairs, once each
-    libs = np.bincount(keys // (n * n), minlength=nb + nw + 1)
+    touches = np.zeros((nb + nw + 1, len(empty)), dtype=bool)  # group x empty point
+    touches[beside, np.broadcast_to(np.arange(len(empty)), beside.shape)] = True
+    libs = touches.sum(axis=1)
+    libs[0] = 0
     return np.where(groups > 0, libs[groups], 0)
 
 
