@@ -133,6 +133,15 @@ def _check_algo_fits_platform(cfg: DictConfig, choices: Mapping[str, str]) -> No
 def _check_replay_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     agents = Agents(cfg.env.agents)
     has = getattr(get_class(cfg.replay._target_), "agents", Agents.single)
+    if agents == Agents.game or not getattr(get_class(cfg.scheduler._target_), "uses_replay", True):
+        # games are self-played by a loop that keeps its own window of games: the replay is
+        # unused, and only the single-agent one builds beside a game's spaces
+        if has != Agents.single:
+            raise ConfigError(
+                f"replay={choices['replay']} is unused by scheduler={choices['scheduler']} "
+                f"(self-play keeps its own window of games) and does not build for "
+                f"env={choices['env']}: choose replay from {replays_for(Agents.single)}")
+        return
     if has != agents:
         raise ConfigError(
             f"replay={choices['replay']} stores {has.value}-agent transitions, but "

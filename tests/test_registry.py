@@ -32,7 +32,10 @@ TINY = {"steps": 64, "log_every": 32, "algo.learning_starts": 16, "algo.batch_si
         "algo.buffer_size": 512, "algo.train_freq": 4, "algo.gradient_steps": 1,
         "algo.n_steps": 16, "algo.hidden": [16], "algo.policy_hidden": None,
         "replay.sampler.refs": 4, "replay.sampler.neighbors": 4, "actors.pull_every": 16,
-        "actors.eval_episodes": 1}
+        "actors.eval_episodes": 1, "algo.width": 8, "algo.blocks": 1, "algo.search.readouts": 8,
+        "algo.search.fast_readouts": 4, "scheduler.games_per_generation": 2,
+        "scheduler.concurrent_games": 2, "scheduler.generations": 1, "scheduler.train_steps": 2,
+        "scheduler.eval_games": 2, "scheduler.eval_readouts": 4, "scheduler.gating_games": 0}
 """A few steps of any job: each key that the composed config has is set to this."""
 
 

@@ -3,7 +3,7 @@ algo's YAML holds its values, and `conf/tuned/` rl-zoo3's per-env ones."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from omegaconf import II, MISSING
@@ -197,3 +197,59 @@ class PPOConfig(A2CConfig):
                 self.batch_size, "integers > 1 to normalize advantages")
         require(self.n_epochs >= 1, "algo.n_epochs", self.n_epochs, "integers >= 1")
         require(self.clip_range > 0, "algo.clip_range", self.clip_range, "floats > 0")
+
+
+@dataclass
+class SearchSchema:
+    """MiniGo's search (spec C.1.9; `hetrl.algos.mcts.SearchConfig`). A nested node has its
+    defaults here (the algo's YAML sets the ones it changes)."""
+
+    readouts: int = 64  # per full move
+    fast_readouts: int = 16  # per fast move (playout-cap randomization)
+    fastplay_frequency: float = 0.75  # share of fast moves (not trained on)
+    virtual_losses: int = 4  # leaves one game selects per round
+    c_puct_base: float = 19652.0
+    c_puct_init: float = 1.25
+    value_init_penalty: float = 0.2
+    dirichlet_alpha: Optional[float] = None  # None: 0.03 * 361 / (N*N + 1)
+    noise_mix: float = 0.25
+    softpick_moves: Optional[int] = None  # None: (N*N // 12) // 2 * 2
+    resign_threshold: float = -0.9
+    resign_disable_pct: float = 0.1
+
+    def __post_init__(self) -> None:
+        for key in ("readouts", "fast_readouts", "virtual_losses"):
+            require(getattr(self, key) >= 1, f"algo.search.{key}", getattr(self, key),
+                    "integers >= 1")
+        for key in ("fastplay_frequency", "noise_mix", "resign_disable_pct"):
+            require(0 <= getattr(self, key) <= 1, f"algo.search.{key}", getattr(self, key),
+                    "floats in [0, 1]")
+        require(-1 <= self.resign_threshold <= 0, "algo.search.resign_threshold",
+                self.resign_threshold, "floats in [-1, 0] (-1: never resign)")
+
+
+@dataclass
+class AlphaZeroConfig:
+    """MiniGo's network, loss and optimizer (spec C.1.9), and its search."""
+
+    _target_: str = MISSING
+    width: int = MISSING  # filters of every conv3x3 (MLPerf 9x9: 64)
+    blocks: int = MISSING  # residual blocks (MLPerf 9x9: 9)
+    batch_size: int = MISSING
+    lr_values: list[float] = MISSING  # piecewise constant ...
+    lr_boundaries: list[int] = MISSING  # ... changing at these updates
+    momentum: float = MISSING
+    l2: float = MISSING
+    value_weight: float = MISSING
+    search: SearchSchema = field(default_factory=SearchSchema)
+
+    def __post_init__(self) -> None:
+        require(self.width >= 1, "algo.width", self.width, "integers >= 1")
+        require(self.blocks >= 0, "algo.blocks", self.blocks, "integers >= 0")
+        require(self.batch_size >= 1, "algo.batch_size", self.batch_size, "integers >= 1")
+        require(len(self.lr_values) == len(self.lr_boundaries) + 1, "algo.lr_values",
+                list(self.lr_values), f"one more value than algo.lr_boundaries "
+                f"({len(self.lr_boundaries)})")
+        require(all(v > 0 for v in self.lr_values), "algo.lr_values", list(self.lr_values),
+                "floats > 0")
+        require(0 <= self.momentum < 1, "algo.momentum", self.momentum, "floats in [0, 1)")

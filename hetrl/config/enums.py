@@ -15,6 +15,7 @@ class Agents(str, Enum):
 
     single = "single"
     multi = "multi"
+    game = "game"  # a two-player board game (Go), learned by self-play (algo=alphazero)
 
 
 class Device(str, Enum):

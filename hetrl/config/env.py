@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import MISSING
 
@@ -67,3 +67,28 @@ class MpeEnvConfig:
         require(self.action_space == ActionSpace.discrete, "env.action_space",
                 self.action_space.value, "'discrete' (MPE's 5 moves)")
         require(self.agents == Agents.multi, "env.agents", self.agents.value, "'multi'")
+
+
+@dataclass
+class GoEnvConfig:
+    """Go on OpenSpiel's engine (`hetrl.envs.go`): Tromp-Taylor area scoring with `komi`,
+    positional superko; the input planes are `history` own/opponent stone pairs, to-play
+    and (with `liberties`) 1/2/3+ liberty planes. Learned by self-play (algo=alphazero)."""
+
+    _target_: str = MISSING
+    id: str = MISSING  # a name for messages (go9, ...)
+    board_size: int = MISSING
+    komi: float = 7.5
+    history: int = 4
+    liberties: bool = True
+    max_moves: Optional[int] = None  # None: OpenSpiel's 2 * N * N
+    action_space: ActionSpace = ActionSpace.discrete
+    agents: Agents = Agents.game
+    n_envs: int = 1
+
+    def __post_init__(self) -> None:
+        require(5 <= self.board_size <= 19, "env.board_size", self.board_size,
+                "integers in [5, 19]")
+        require(self.history >= 1, "env.history", self.history, "integers >= 1")
+        require(self.n_envs == 1, "env.n_envs", self.n_envs, "1 (self-play plays its own games)")
+        require(self.agents == Agents.game, "env.agents", self.agents.value, "'game'")

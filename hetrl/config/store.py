@@ -7,6 +7,7 @@ from hydra.core.config_store import ConfigStore
 from hetrl.config.actors import ActorsConfig, ProcessActorsConfig, RayActorsConfig
 from hetrl.config.algo import (
     A2CConfig,
+    AlphaZeroConfig,
     D4PGConfig,
     DDPGConfig,
     DQNConfig,
@@ -15,7 +16,7 @@ from hetrl.config.algo import (
     PPOConfig,
     TD3Config,
 )
-from hetrl.config.env import EnvConfig, MpeEnvConfig
+from hetrl.config.env import EnvConfig, GoEnvConfig, MpeEnvConfig
 from hetrl.config.partitioner import (
     ComposerPartitionerConfig,
     HeftPartitionerConfig,
@@ -42,6 +43,7 @@ from hetrl.config.scheduler import (
     ActorQSchedulerConfig,
     PearlSchedulerConfig,
     SchedulerConfig,
+    SelfPlaySchedulerConfig,
 )
 from hetrl.config.tracking import (
     MlflowTrackingConfig,
@@ -50,16 +52,18 @@ from hetrl.config.tracking import (
 )
 
 SCHEMAS: dict[str, dict[str, type]] = {
-    "env": {"gymnasium": EnvConfig, "mpe": MpeEnvConfig},
+    "env": {"gymnasium": EnvConfig, "mpe": MpeEnvConfig, "go": GoEnvConfig},
     "algo": {"dqn": DQNConfig, "ddpg": DDPGConfig, "td3": TD3Config, "d4pg": D4PGConfig,
-             "a2c": A2CConfig, "ppo": PPOConfig, "maddpg": MADDPGConfig, "matd3": MATD3Config},
+             "a2c": A2CConfig, "ppo": PPOConfig, "maddpg": MADDPGConfig, "matd3": MATD3Config,
+             "alphazero": AlphaZeroConfig},
     "platform": {"host": HostPlatformConfig, "modeled": ModeledPlatformConfig},
     "precision": {"uniform": UniformPrecisionConfig, "mixed": HardwareAwarePrecisionConfig,
                   "qat": QATPrecisionConfig},
     "partitioner": {"ilp": IlpPartitionerConfig, "heft": HeftPartitionerConfig,
                     "single": SinglePartitionerConfig, "composer": ComposerPartitionerConfig},
     "scheduler": {"sync": SchedulerConfig, "onpolicy": SchedulerConfig,
-                  "actorq": ActorQSchedulerConfig, "pearl": PearlSchedulerConfig},
+                  "actorq": ActorQSchedulerConfig, "pearl": PearlSchedulerConfig,
+                  "selfplay": SelfPlaySchedulerConfig},
     "replay": {"uniform": UniformReplayConfig, "prioritized": PrioritizedReplayConfig,
                "multi_agent": MultiAgentReplayConfig},
     "replay/sampler": {"uniform": UniformSamplerConfig, "locality": LocalitySamplerConfig,

@@ -1,0 +1,164 @@
+"""MiniGo self-play throughput on this host, and the MiniGo machine's modeled scaling.
+
+Four tables:
+
+1. **Rules engine**, µs per move of random play (legal moves + play): OpenSpiel's C++ Go
+   (what `env=go*` uses) against MiniGo's pure-Python `go.py` as PettingZoo's `go_v5` ships it
+   (19×19 only: its board size is a module constant).
+2. **MCTS leaf evaluations/s** with a width-32 × 3-block network on 9×9, one process, torch at
+   1 thread: leaves batched across `concurrent` games (MiniGo's concurrent games, KataGo's
+   network server) against one game at a time, one leaf per network call (the
+   OpenSpiel-Python / muzero-general design of one game per process).
+3. **Self-play games/s** with 1 and 2 worker processes (`scheduler.workers`).
+4. **E(P)** of the MiniGo machine model (`hetrl.platform.minigo_cluster`) at the paper's
+   1067 / 2091 / 4139 / 8235 nodes, from Table 6's times (plain formula) and from the model,
+   beside Table 7.
+
+    python benchmarks/minigo_selfplay.py            # ~2 minutes on 2 idle cores
+    python benchmarks/minigo_selfplay.py --smoke    # seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+from common import host_line, table
+
+from hetrl.algos.alphazero import PolicyValueNet, evaluator
+from hetrl.algos.mcts import Node, Search, SearchConfig, SearchStats, run_searches
+from hetrl.envs.go import GoGame
+from hetrl.platform.minigo_cluster import (
+    TABLE_6,
+    TABLE_7_EFFICIENCY,
+    MiniGoCluster,
+    scaling_efficiency,
+    scaling_efficiency_iter_norm,
+)
+
+
+def openspiel_us_per_move(board_size: int, games: int, rng: np.random.Generator) -> float:
+    import pyspiel
+
+    game = pyspiel.load_game("go", {"board_size": board_size, "komi": 7.5})
+    moves, start = 0, time.perf_counter()
+    for _ in range(games):
+        state = game.new_initial_state()
+        while not state.is_terminal():
+            legal = state.legal_actions()
+            state.apply_action(legal[rng.integers(len(legal))])
+            moves += 1
+    return 1e6 * (time.perf_counter() - start) / moves
+
+
+def minigo_python_us_per_move(games: int, rng: np.random.Generator) -> float:
+    from pettingzoo.classic.go import go_base as go
+
+    moves, start = 0, time.perf_counter()
+    for _ in range(games):
+        pos = go.Position(komi=7.5)
+        while not pos.is_game_over() and pos.n < 2 * go.N * go.N:
+            legal = np.flatnonzero(pos.all_legal_moves())
+            pos = pos.play_move(go.coords.from_flat(int(legal[rng.integers(len(legal))])))
+            moves += 1
+    return 1e6 * (time.perf_counter() - start) / moves
+
+
+def leaf_rate(game: GoGame, net: torch.nn.Module, concurrent: int, virtual_losses: int,
+              readouts: int, rounds: int) -> tuple[float, float]:
+    """Leaf evaluations/s and mean batch: `concurrent` fresh positions searched together,
+    `rounds` times (each a few moves into a game so the trees are not trivial)."""
+    cfg = SearchConfig(virtual_losses=virtual_losses)
+    evaluate = evaluator(net, game)
+    rng = np.random.default_rng(0)
+    stats = SearchStats()
+    start = time.perf_counter()
+    for _ in range(rounds):
+        roots = []
+        for _ in range(concurrent):
+            pos = game.new_position()
+            for _ in range(4):
+                pos = pos.play(int(rng.choice(np.flatnonzero(pos.legal_mask()[:-1]))))
+            roots.append(Node(pos))
+        run_searches([Search(r, readouts) for r in roots], evaluate, cfg, stats)
+    return stats.leaves / (time.perf_counter() - start), stats.mean_batch
+
+
+def games_per_s(workers: int, game: GoGame, width: int, blocks: int, games: int,
+                readouts: int) -> float:
+    """Self-play games/s through the loop's worker pool (`workers` processes)."""
+    from hetrl.scheduler.selfplay import _WorkerPool
+
+    class _Learner:  # what the pool reads of a learner
+        def __init__(self) -> None:
+            self.best = PolicyValueNet(game.planes, game.n, width, blocks)
+            self.width, self.blocks = width, blocks
+            self.search = SearchConfig(readouts=readouts, fast_readouts=max(1, readouts // 4))
+
+    pool = _WorkerPool(workers, game, _Learner(), 0)  # type: ignore[arg-type]
+    try:
+        pool.play(workers, 1, 10**9, 0, SearchStats())  # warm up: processes started
+        start = time.perf_counter()
+        records = pool.play(games, games, 10**9, 1, SearchStats())  # all at once, each worker
+        return len(records) / (time.perf_counter() - start)
+    finally:
+        pool.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, seconds")
+    args = parser.parse_args()
+    smoke = args.smoke
+    print(host_line("numpy"))
+    rng = np.random.default_rng(0)
+
+    rows = [("OpenSpiel C++ (env=go*)", "9x9", f"{openspiel_us_per_move(9, 5 if smoke else 200, rng):.1f}"),
+            ("OpenSpiel C++", "19x19", f"{openspiel_us_per_move(19, 2 if smoke else 50, rng):.1f}"),
+            ("MiniGo go.py (PettingZoo go_v5)", "19x19", f"{minigo_python_us_per_move(1 if smoke else 10, rng):.1f}")]
+    table(["engine", "board", "µs / move"], rows, "Rules engine: random play, legal moves + play",
+          "llr")
+
+    torch.set_num_threads(1)
+    game = GoGame(9)
+    torch.manual_seed(0)
+    width, blocks = (8, 1) if smoke else (32, 3)
+    net = PolicyValueNet(game.planes, 9, width, blocks)
+    readouts = 8 if smoke else 64
+    rounds = 1 if smoke else 2
+    concurrent = 4 if smoke else 32
+    batched, batch = leaf_rate(game, net, concurrent, 4, readouts, rounds)
+    single, single_batch = leaf_rate(game, net, 1, 1, readouts, 1 if smoke else 16)
+    table(["design", "mean leaf batch", "leaf evals / s"],
+          [(f"{concurrent} games, 4 virtual losses each", f"{batch:.1f}", f"{batched:.0f}"),
+           ("one game, one leaf a call", f"{single_batch:.1f}", f"{single:.0f}"),
+           ("ratio", "", f"{batched / single:.2f}x")],
+          f"MCTS leaf evaluations, 9x9, width {width} x {blocks} blocks, 1 torch thread", "lrr")
+
+    rows = []
+    for workers in (1, 2):
+        rate = games_per_s(workers, game, width, blocks, 2 * workers if smoke else 16,
+                           readouts // 2)
+        rows.append((workers, f"{rate:.2f}"))
+    table(["workers", "games / s"], rows,
+          f"Self-play games/s, 9x9, {readouts // 2} readouts, width {width} x {blocks}", "rr")
+
+    n_sp = sorted(TABLE_6)
+    nodes = [43 + n for n in n_sp]
+    paper_times = [TABLE_6[n][1] for n in n_sp]
+    plain = scaling_efficiency(paper_times, nodes)
+    iter_norm = scaling_efficiency_iter_norm(paper_times, nodes, [TABLE_6[n][0] for n in n_sp])
+    cluster = MiniGoCluster()
+    modeled = scaling_efficiency([cluster.time_s(n) for n in n_sp], nodes)
+    table(["nodes", "Table 7 E", "E(P) from Table 6", "iteration-normalized", "model time (s)",
+           "model E(P)"],
+          [(p, f"{100 * TABLE_7_EFFICIENCY[p]:.1f}%", f"{100 * e:.1f}%", f"{100 * i:.1f}%",
+            f"{cluster.time_s(n):,.0f}", f"{100 * m:.1f}%")
+           for p, n, e, i, m in zip(nodes, n_sp, plain, iter_norm, modeled)],
+          "MiniGo machine: scaling efficiency E(P) = (T_base/T_P)/(P/P_base)", "rrrrrr")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,315 @@
+"""MiniGo's loop (spec C.1.1, C.1.2): self-play with the latest model into a window of the last
+W generations, train one generation from the window, gate it against the previous one.
+
+Each generation:
+
+Training is data-parallel over `trainers` ranks (`hetrl.scheduler.dataparallel`: DDP over
+gloo, the global batch split evenly) when `trainers` > 1.
+
+1. **Self-play.** `workers` processes (0: this process) each play their share of
+   `games_per_generation` games with `best`, `concurrent_games` at a time with their leaf
+   evaluations batched (`hetrl.algos.mcts`); each finished game comes back at once and goes
+   into the window (C.1.4's "write each game as it ends").
+2. **Train** `train_steps` updates on batches drawn uniformly from the window's positions
+   (the last `window` generations; MLPerf's W = 5).
+3. **Gate.** The trained network plays `best` over `gating_games` games, colours
+   alternating; it becomes `best` if it wins at least `gating_win_rate` of them (MLPerf
+   0.49; `gating_games: 0` accepts every generation).
+4. **Evaluate** `best` against a uniformly random player over `eval_games` games.
+
+`steps` counts the moves played in self-play; the loop ends after `generations` generations or
+once `steps` moves are played (a generation stops starting games when the budget is spent).
+Logged per generation (`selfplay/*`): games/s, positions/s, leaf evaluations/s, mean leaf
+batch, self-play / train / gating / evaluation seconds, losses, win rates; one sampled game of
+each generation as an SGF artifact (`sgf/generation_NNNN.sgf`).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import queue
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from hetrl.algos.alphazero import (
+    AlphaZero,
+    GameRecord,
+    PolicyValueNet,
+    evaluator,
+    match,
+    play_games,
+    to_sgf,
+)
+from hetrl.algos.mcts import SearchConfig, SearchStats
+from hetrl.config.enums import Agents
+from hetrl.scheduler.dataparallel import DataParallelTrainers
+from hetrl.envs.go import GoGame
+from hetrl.scheduler.context import Stopped, Training, loop_metrics
+from hetrl.scheduler.state import LoopState, PhaseTimer
+
+log = logging.getLogger("hetrl")
+
+
+class SelfPlayScheduler:
+    on_policy = False
+    agents = (Agents.game,)
+    uses_replay = False  # keeps its own window of generations (validation reads this)
+
+    def __init__(self, workers: int, trainers: int, games_per_generation: int,
+                 concurrent_games: int, generations: int, window: int, train_steps: int,
+                 gating_games: int, gating_win_rate: float, eval_games: int,
+                 eval_readouts: int, eval_every: int = 1) -> None:
+        self.workers, self.trainers = workers, trainers
+        self.games_per_generation = games_per_generation
+        self.concurrent_games = concurrent_games
+        self.generations, self.window = generations, window
+        self.train_steps = train_steps
+        self.gating_games, self.gating_win_rate = gating_games, gating_win_rate
+        self.eval_games, self.eval_readouts = eval_games, eval_readouts
+        self.eval_every = eval_every
+
+    def run(self, t: Training, state: LoopState) -> dict[str, float]:
+        learner: AlphaZero = t.learner  # type: ignore[assignment]  # validate() ensures it
+        game: GoGame = t.envs.game
+        sp = state.__dict__.setdefault("selfplay", {"generation": 0, "window": [],
+                                                    "positions": 0})
+        timer = PhaseTimer(state.phase_s)
+        rng = np.random.default_rng(t.seed + 1000 * sp["generation"])
+        pool = _WorkerPool(self.workers, game, learner, t.seed) if self.workers > 0 else None
+        trainers = None
+        if self.trainers > 1:
+            trainers = DataParallelTrainers(self.trainers, learner, t.seed)
+            for entry in sp["window"]:  # a resumed loop's window
+                trainers.add_generation(entry, self.window)
+        metrics: dict[str, float] = {}
+        learner_metrics: dict[str, Any] = {}
+        try:
+            while sp["generation"] < self.generations and state.step < t.steps:
+                if t.stop.is_set():
+                    t.checkpoint(state)
+                    raise Stopped(f"stopped at generation {sp['generation']}")
+                gen = sp["generation"]
+                stats = SearchStats()
+                budget = t.steps - state.step
+                start = time.perf_counter()
+                with timer("selfplay"):
+                    if pool is None:
+                        records = play_games(
+                            self.games_per_generation, self.concurrent_games, game,
+                            evaluator(learner.best, game, learner.device), learner.search, rng,
+                            stats, max_positions=budget)
+                    else:
+                        records = pool.play(self.games_per_generation, self.concurrent_games,
+                                            budget, gen, stats)
+                selfplay_s = time.perf_counter() - start
+                moves = sum(len(r.moves) for r in records)
+                state.step += moves
+                if records and t.log_text is not None:  # a sampled game, as SGF
+                    sampled = records[int(rng.integers(len(records)))]
+                    t.log_text(to_sgf(sampled, game, f"generation {learner.generation}"),
+                               f"sgf/generation_{gen:04d}.sgf")
+                state.episodes += len(records)
+                sp["window"].append((gen, *_stack(records, game)))
+                sp["window"] = sp["window"][-self.window:]
+                if trainers is not None:
+                    trainers.add_generation(sp["window"][-1], self.window)
+
+                start = time.perf_counter()
+                with timer("update"):
+                    if trainers is None:
+                        learner_metrics = self._train(learner, sp["window"], t, rng)
+                    else:
+                        learner_metrics = trainers.train(sp["window"], self.train_steps, rng,
+                                                         t.precision)
+                    state.updates = learner.updates
+                train_s = time.perf_counter() - start
+
+                eval_cfg = _eval_config(learner.search, self.eval_readouts)
+                start = time.perf_counter()
+                with timer("gating"):
+                    if self.gating_games > 0:
+                        rate = match(self.gating_games, game,
+                                     evaluator(learner.net, game, learner.device),
+                                     evaluator(learner.best, game, learner.device),
+                                     eval_cfg, rng, self.concurrent_games)
+                    else:
+                        rate = 1.0
+                    accepted = rate >= self.gating_win_rate
+                    if accepted:
+                        learner.accept()
+                gating_s = time.perf_counter() - start
+                start = time.perf_counter()
+                last = gen + 1 >= self.generations or state.step >= t.steps
+                with timer("eval"):
+                    if (gen + 1) % self.eval_every == 0 or last:
+                        vs_random = match(self.eval_games, game,
+                                          evaluator(learner.best, game, learner.device), None,
+                                          eval_cfg, rng, self.concurrent_games)
+                        sp["vs_random"] = vs_random
+                    vs_random = sp.get("vs_random", float("nan"))
+                eval_s = time.perf_counter() - start
+                sp["generation"] = gen + 1
+                sp["positions"] = sum(len(w[1]) for w in sp["window"])
+                metrics = {
+                    "selfplay/generation": float(gen + 1),
+                    "selfplay/best_generation": float(learner.generation),
+                    "selfplay/games": float(len(records)),
+                    "selfplay/games_per_s": len(records) / selfplay_s,
+                    "selfplay/positions_per_s": moves / selfplay_s,
+                    "selfplay/leaf_evals_per_s": stats.leaves / selfplay_s,
+                    "selfplay/mean_leaf_batch": stats.mean_batch,
+                    "selfplay/selfplay_s": selfplay_s,
+                    "selfplay/train_s": train_s,
+                    "selfplay/gating_s": gating_s,
+                    "selfplay/eval_s": eval_s,
+                    "selfplay/gating_win_rate": rate,
+                    "selfplay/accepted": float(accepted),
+                    "selfplay/win_rate_vs_random": vs_random,
+                    "selfplay/window_positions": float(sp["positions"]),
+                    "selfplay/black_win_rate": float(np.mean([r.winner == 1 for r in records])),
+                    "selfplay/resigned": float(np.mean([r.resigned for r in records])),
+                    "selfplay/game_length": moves / max(len(records), 1),
+                }
+                state.history.append((state.step, vs_random))
+                state.history_s.append(state.elapsed_s)
+                state.elapsed_s += selfplay_s + train_s + gating_s + eval_s
+                metrics.update(loop_metrics(state, learner, learner_metrics))
+                sp["metrics"] = metrics
+                t.report(state.step, metrics)
+                log.info("generation %d: %d games, %.1f games/s, %.0f leaf evals/s (batch "
+                         "%.1f), black wins %.2f, loss %.3f (value %.3f), gating %.2f (%s), vs random %.2f", gen + 1,
+                         len(records), metrics["selfplay/games_per_s"],
+                         metrics["selfplay/leaf_evals_per_s"], stats.mean_batch,
+                         metrics["selfplay/black_win_rate"],
+                         float(learner_metrics.get("loss", float("nan"))),
+                         float(learner_metrics.get("value_loss", float("nan"))), rate,
+                         "accepted" if accepted else "rejected", vs_random)
+                if t.checkpoint_every > 0:
+                    t.checkpoint(state)
+        finally:
+            if pool is not None:
+                pool.close()
+            if trainers is not None:
+                trainers.close()
+        return metrics or sp.get("metrics") or loop_metrics(state, learner, learner_metrics)
+
+    def _train(self, learner: AlphaZero, window: list, t: Training,
+               rng: np.random.Generator) -> dict[str, Any]:
+        planes = np.concatenate([w[1] for w in window])
+        pis = np.concatenate([w[2] for w in window])
+        zs = np.concatenate([w[3] for w in window])
+        out: dict[str, Any] = {}
+        if len(planes) == 0:
+            return out
+        for _ in range(self.train_steps):
+            rows = rng.integers(len(planes), size=min(learner.batch_size, len(planes)))
+            batch = (torch.from_numpy(planes[rows]), torch.from_numpy(pis[rows]),
+                     torch.from_numpy(zs[rows]))
+            with t.precision.autocast(learner.device):
+                out = learner.update(batch)
+        return out
+
+
+def _stack(records: list[GameRecord], game: GoGame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if not records:
+        return (np.zeros((0, game.planes, game.n, game.n), np.uint8),
+                np.zeros((0, game.num_actions), np.float32), np.zeros(0, np.float32))
+    return (np.concatenate([r.planes for r in records]), np.concatenate([r.pis for r in records]),
+            np.concatenate([r.zs for r in records]))
+
+
+def _eval_config(cfg: SearchConfig, readouts: int) -> SearchConfig:
+    return SearchConfig(**{**vars(cfg), "readouts": readouts})
+
+
+class _WorkerPool:
+    """Self-play worker processes that live as long as the loop: each generation they take
+    the latest `best` weights and their share of the games, and send each game back as it
+    ends."""
+
+    def __init__(self, n: int, game: GoGame, learner: AlphaZero, seed: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.learner = learner
+        self.results: Any = ctx.Queue()
+        self.tasks = [ctx.Queue() for _ in range(n)]
+        spec = {"board_size": game.n, "komi": game.komi, "history": game.history,
+                "liberties": game.liberties, "max_moves": game.max_moves,
+                "width": learner.width, "blocks": learner.blocks}
+        self.procs = [ctx.Process(target=_worker, args=(rank, spec, vars(learner.search),
+                                                        seed, self.tasks[rank], self.results),
+                                  daemon=True) for rank in range(n)]
+        for p in self.procs:
+            p.start()
+
+    def play(self, games: int, concurrent: int, budget: int, gen: int,
+             stats: SearchStats) -> list[GameRecord]:
+        weights = plain_state_dict(self.learner.best)
+        n = len(self.procs)
+        shares = [games // n + (rank < games % n) for rank in range(n)]
+        for rank, q in enumerate(self.tasks):
+            q.put((gen, weights, shares[rank], max(1, concurrent // n), -(-budget // n)))
+        records, done = [], 0
+        while done < n:
+            try:
+                kind, payload = self.results.get(timeout=5)
+            except queue.Empty:
+                if dead := [rank for rank, p in enumerate(self.procs) if not p.is_alive()]:
+                    raise RuntimeError(f"self-play workers {dead} died") from None
+                continue
+            if kind == "game":
+                records.append(payload)
+            elif kind == "done":
+                stats.leaves += payload[0]
+                stats.batches += payload[1]
+                done += 1
+            else:
+                raise RuntimeError(f"self-play worker failed:\n{payload}")
+        return records
+
+    def close(self) -> None:
+        for q in self.tasks:
+            q.put(None)
+        for p in self.procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+
+
+def plain_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The module's state as a plain network loads it: a parametrized weight (precision=qat's
+    fake quantization) as the forward pass sees it."""
+    out = {}
+    for key, value in module.state_dict().items():
+        if ".parametrizations." in key:
+            prefix, rest = key.split(".parametrizations.")
+            name = rest.split(".")[0]
+            out[f"{prefix}.{name}"] = getattr(module.get_submodule(prefix), name).detach().cpu()
+        else:
+            out[key] = value.cpu()
+    return out
+
+
+def _worker(rank: int, spec: dict, search: dict, seed: int, tasks: Any, results: Any) -> None:
+    import traceback
+
+    torch.set_num_threads(1)
+    try:
+        game = GoGame(spec["board_size"], spec["komi"], spec["history"], spec["liberties"],
+                      spec["max_moves"])
+        net = PolicyValueNet(game.planes, game.n, spec["width"], spec["blocks"])
+        cfg = SearchConfig(**search)
+        while (task := tasks.get()) is not None:
+            gen, weights, n_games, concurrent, budget = task
+            net.load_state_dict(weights)
+            rng = np.random.default_rng([seed, gen, rank])
+            stats = SearchStats()
+            play_games(n_games, concurrent, game, evaluator(net, game), cfg, rng, stats,
+                       on_game=lambda record: results.put(("game", record)),
+                       max_positions=budget)
+            results.put(("done", (stats.leaves, stats.batches)))
+    except Exception:  # the loop reports it
+        results.put(("error", traceback.format_exc()))

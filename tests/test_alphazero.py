@@ -1,0 +1,93 @@
+"""algo=alphazero with scheduler=selfplay on Go: validation keeps it to Go envs and Go to it,
+a tiny job trains and resumes through `experiment.run`, the network's symmetries, and a
+learning test on go5."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import compose_job, run_job, tracking_uri
+
+from hetrl import checkpoint, experiment
+from hetrl.algos.alphazero import augment, symmetry
+from hetrl.config.errors import ConfigError
+from hetrl.validation import validate
+
+TINY = ("steps=64", "algo.width=8", "algo.blocks=1", "algo.search.readouts=8",
+        "algo.search.fast_readouts=4", "scheduler.games_per_generation=4",
+        "scheduler.concurrent_games=4", "scheduler.train_steps=2", "scheduler.eval_games=2",
+        "scheduler.eval_readouts=4", "scheduler.gating_games=2")
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (("algo=alphazero", "env=cartpole"), ["algo=alphazero", "go5", "go9"]),
+    (("algo=dqn", "env=go9"), ["env=go9", "alphazero"]),
+    (("algo=alphazero", "scheduler=sync"), ["scheduler=sync", "selfplay"]),
+    (("algo=alphazero", "scheduler.trainers=0"), ["scheduler.trainers"]),
+])
+def test_validation_keeps_go_and_alphazero_together(overrides, words):
+    cfg, choices = compose_job(*overrides)
+    with pytest.raises(ConfigError) as error:
+        validate(cfg, choices)
+    for word in words:
+        assert word in str(error.value)
+
+
+def test_alphazero_brings_go5_and_selfplay():
+    cfg, choices = compose_job("algo=alphazero")
+    validate(cfg, choices)
+    assert choices["env"] == "go5" and choices["scheduler"] == "selfplay"
+
+
+def test_symmetries_move_planes_and_policy_together():
+    n = 5
+    planes = torch.zeros(8, 1, n, n)
+    pi = torch.zeros(8, n * n + 1)
+    planes[:, 0, 0, 1] = 1.0  # a stone on b1 ...
+    pi[:, 1] = 1.0  # ... and the policy on b1
+    out_planes, out_pi = augment(planes, pi, n, torch.arange(8))
+    for k in range(8):
+        assert out_pi[k, :-1].reshape(n, n).equal(out_planes[k, 0])
+    assert len({tuple(out_pi[k].nonzero().flatten().tolist()) for k in range(8)}) == 8
+    assert symmetry(planes[:1], 0).equal(planes[:1])
+
+
+def test_a_tiny_job_trains_checkpoints_and_resumes(tmp_path: Path):
+    results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=1",
+                      "checkpoint_every=1")
+    assert results["updates"] == 2 and results["selfplay/games"] >= 1
+    assert results["selfplay/leaf_evals_per_s"] > 0 and results["selfplay/mean_leaf_batch"] >= 1
+    cfg, choices = compose_job(f"tracking.uri={tracking_uri(tmp_path)}", "algo=alphazero",
+                               *TINY, "scheduler.generations=2", "steps=100000",
+                               f"resume={tmp_path / 'job0'}")
+    resumed = experiment.run(cfg, choices, tmp_path / "job0")
+    assert resumed["run_id"] == results["run_id"]  # the saved job goes on in its MLflow run
+    assert resumed["selfplay/generation"] == 1.0  # the saved config's budget: nothing left
+    saved = checkpoint.load(tmp_path / "job0")
+    loop = saved["loop"].selfplay
+    assert loop["generation"] == 1 and len(loop["window"]) == 1
+    assert saved["learner"]["generation"] in (0, 1) and saved["learner"]["updates"] == 2
+
+
+def test_worker_processes_play_the_games(tmp_path: Path):
+    results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=1",
+                      "scheduler.workers=2", "tracking=none")
+    assert results["selfplay/games"] >= 2 and results["updates"] == 2
+
+
+def test_data_parallel_trainers_train_a_generation(tmp_path: Path):
+    results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=1",
+                      "scheduler.trainers=2", "tracking=none")
+    assert results["updates"] == 2 and results["learner/loss"] > 0
+
+
+@pytest.mark.slow
+def test_alphazero_learns_to_beat_random_on_go5(tmp_path: Path):
+    """The default job's recipe, shortened for CI: the latest generation wins >= 90% of 100
+    games against a uniformly random player, colours alternating."""
+    results = run_job(tmp_path, "algo=alphazero", "tracking=none", "scheduler.generations=5",
+                      "scheduler.eval_games=100", "scheduler.eval_every=5")
+    assert results["selfplay/generation"] == 5
+    assert results["selfplay/win_rate_vs_random"] >= 0.9

@@ -1,0 +1,44 @@
+"""Data-parallel trainers: 2-process DDP gradients over gloo equal one process's on the same
+global batch."""
+
+from __future__ import annotations
+
+import torch
+import torch.multiprocessing as mp
+
+from hetrl.algos.alphazero import make_learner
+from hetrl.scheduler.dataparallel import ddp_gradients, free_port
+
+KWARGS = dict(obs_shape=(12, 5, 5), num_actions=26, width=8, blocks=1, batch_size=8,
+              lr_values=[0.01], lr_boundaries=[], momentum=0.9, l2=1e-4, value_weight=0.5,
+              search={})
+
+
+def test_two_rank_ddp_gradients_equal_one_process():
+    torch.manual_seed(0)
+    learner = make_learner(**KWARGS)
+    batch = ((torch.rand(8, 12, 5, 5) > 0.5).to(torch.uint8),
+             torch.softmax(torch.randn(8, 26), dim=1), torch.sign(torch.randn(8)))
+    loss, _ = learner.losses(batch, augmented=False, train=False)
+    loss.backward()
+    want = {n: p.grad.clone() for n, p in learner.net.named_parameters()}
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port()
+    state = learner.net.state_dict()
+    arrays = tuple(t.numpy() for t in batch)
+    procs = [ctx.Process(target=ddp_gradients, args=(rank, 2, port, KWARGS, state, arrays, out))
+             for rank in range(2)]
+    for p in procs:
+        p.start()
+    got = dict(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+        if p.is_alive():
+            p.terminate()
+    for rank in range(2):
+        assert isinstance(got[rank], dict), got[rank]
+        for name, grad in want.items():
+            torch.testing.assert_close(torch.from_numpy(got[rank][name]), grad, rtol=1e-5,
+                                       atol=1e-6)

@@ -1,0 +1,91 @@
+"""MiniGo's MCTS: it finds a one-move capture and a one-move save, and a game's search is
+the same batched with other games as alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hetrl.algos.alphazero import PolicyValueNet, evaluator, play_games
+from hetrl.algos.mcts import Node, Search, SearchConfig, SearchStats, run_searches, search_position
+from hetrl.envs.go import GoGame
+
+
+def score_evaluator(positions):
+    """Uniform priors and tanh(Tromp-Taylor score / 4): what a search needs to see that
+    stones captured or lost change the game."""
+    n = positions[0].game.num_actions
+    priors = np.full((len(positions), n), 1.0 / n)
+    return priors, np.array([np.tanh(p.score() / 4.0) for p in positions])
+
+
+@pytest.fixture
+def game() -> GoGame:
+    return GoGame(board_size=5, komi=0.5)
+
+
+def moves(game, coords):
+    return game.position_from([game.action(c) for c in coords.split()])
+
+
+CFG = SearchConfig(virtual_losses=1, value_init_penalty=0.0)
+
+
+def test_finds_a_one_move_capture(game):
+    pos = moves(game, "b3 c3 b4 c4 d3 a1 d4 e1 c2 a5")  # white c3-c4 has one liberty: c5
+    root = search_position(pos, score_evaluator, CFG, readouts=300)
+    assert game.coord(int(np.argmax(root.visits()))) == "c5"
+
+
+def test_finds_a_one_move_save(game):
+    pos = moves(game, "c3 b3 c4 b4 a1 d3 e1 d4 a5 c2")  # black c3-c4 has one liberty: c5
+    root = search_position(pos, score_evaluator, CFG, readouts=400)
+    assert game.coord(int(np.argmax(root.visits()))) == "c5"
+
+
+def test_batched_search_equals_one_game_alone():
+    game = GoGame(board_size=5)
+    torch.manual_seed(0)
+    net = PolicyValueNet(game.planes, 5, 8, 1).double()
+    cfg = SearchConfig(virtual_losses=4)
+    positions = [moves(game, c) for c in ("c3", "c3 b2", "b2 c3 d4", "a1")]
+    alone = []
+    for pos in positions:
+        root = Node(pos)
+        run_searches([Search(root, 48)], _double(net, game), cfg)
+        alone.append(root.visits())
+    roots = [Node(pos) for pos in positions]
+    stats = SearchStats()
+    run_searches([Search(r, 48) for r in roots], _double(net, game), cfg, stats)
+    for root, visits in zip(roots, alone):
+        np.testing.assert_array_equal(root.visits(), visits)
+    assert stats.mean_batch > 4  # leaves of several games in one network call
+
+
+def _double(net, game):
+    """The network in float64 as an evaluator: batch size cannot change its sums' rounding."""
+    def evaluate(positions):
+        x = torch.from_numpy(game.features(list(positions))).double()
+        with torch.no_grad():
+            net.eval()
+            logits, value = net(x)
+        sides = np.array([p.to_play for p in positions], dtype=np.float64)
+        return torch.softmax(logits, 1).numpy(), value.numpy() * sides
+    return evaluate
+
+
+def test_self_play_records_legal_games_with_visit_targets():
+    game = GoGame(board_size=5)
+    net = PolicyValueNet(game.planes, 5, 8, 1)
+    cfg = SearchConfig(readouts=16, fast_readouts=4, virtual_losses=2)
+    stats = SearchStats()
+    records = play_games(4, 4, game, evaluator(net, game), cfg, np.random.default_rng(0), stats)
+    assert len(records) == 4
+    for r in records:
+        replay = game.position_from(r.moves)  # every move legal
+        assert replay.is_terminal() or r.resigned
+        assert r.winner in (-1, 1)
+        np.testing.assert_allclose(r.pis.sum(axis=1), 1.0, rtol=1e-5)
+        assert set(np.unique(r.zs)) <= {-1.0, 1.0} and len(r.zs) == len(r.planes)
+    assert stats.leaves > 0 and stats.mean_batch > 1
