@@ -161,8 +161,9 @@ def _resumed_config(saved: dict[str, Any], composed: DictConfig, choices: Mappin
             f"{', '.join(RESUME_OVERRIDES)} may be set (start a new job for the others)"
         )
     at = saved["loop"].step
-    require(cfg.steps >= at, "steps", cfg.steps,
-            f"integers >= {at} on resume (the checkpoint is at step {at})")
+    if any(o.split("=", 1)[0].lstrip("+~") == "steps" for o in applied):  # a new budget
+        require(cfg.steps >= at, "steps", cfg.steps,
+                f"integers >= {at} on resume (the checkpoint is at step {at})")
     if applied:
         log.info("resume=%s with %s", composed.resume, " ".join(applied))
     return cfg

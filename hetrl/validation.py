@@ -82,8 +82,8 @@ def _check_finite(tree: Any, key: str = "") -> None:
 
 def _check_replay_holds_a_batch(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     """An off-policy learner samples `algo.batch_size` transitions from a replay of
-    `replay.capacity`."""
-    if get_class(cfg.algo._target_).on_policy:
+    `replay.capacity` (unless its loop keeps its own data: the scheduler's `uses_replay`)."""
+    if get_class(cfg.algo._target_).on_policy or not _uses_replay(cfg):
         return
     batch = cfg.algo.batch_size
     require(cfg.replay.capacity >= batch, "replay.capacity", cfg.replay.capacity,
@@ -95,7 +95,9 @@ def _check_updates_happen(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     a budget of no more than that would finish without a single update."""
     if get_class(cfg.algo._target_).on_policy:
         return
-    starts, steps = cfg.algo.learning_starts, cfg.steps
+    starts, steps = cfg.algo.get("learning_starts"), cfg.steps
+    if starts is None:  # a learner without a replay warm-up (alphazero)
+        return
     if steps <= starts:
         raise ConfigError(
             f"steps={steps} is invalid: algo={choices['algo']} (env={choices['env']}) starts "
@@ -130,10 +132,16 @@ def _check_algo_fits_platform(cfg: DictConfig, choices: Mapping[str, str]) -> No
         )
 
 
+def _uses_replay(cfg: DictConfig) -> bool:
+    """Whether the chosen loop stores its data in the `replay` option (selfplay keeps its own
+    window of generations)."""
+    return getattr(get_class(cfg.scheduler._target_), "uses_replay", True)
+
+
 def _check_replay_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     agents = Agents(cfg.env.agents)
     has = getattr(get_class(cfg.replay._target_), "agents", Agents.single)
-    if agents == Agents.game or not getattr(get_class(cfg.scheduler._target_), "uses_replay", True):
+    if agents == Agents.game or not _uses_replay(cfg):
         # games are self-played by a loop that keeps its own window of games: the replay is
         # unused, and only the single-agent one builds beside a game's spaces
         if has != Agents.single:

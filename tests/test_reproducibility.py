@@ -115,7 +115,8 @@ def test_resume_applies_a_longer_budget_and_a_moved_store_and_refuses_the_rest(t
 
     moved = tmp_path / "moved"
     moved.mkdir()
-    (tmp_path / "mlflow.db").rename(moved / "mlflow.db")
+    for part in tmp_path.glob("mlflow.db*"):  # the database with its WAL files
+        part.rename(moved / part.name)
     resumed = hetrl_cli(tmp_path, f"resume={job_dir}", "steps=1500",
                         f"tracking.uri=sqlite:///{moved / 'mlflow.db'}", timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
