@@ -87,8 +87,9 @@ def leaf_rate(game: GoGame, net: torch.nn.Module, concurrent: int, virtual_losse
 
 
 def games_per_s(workers: int, game: GoGame, width: int, blocks: int, games: int,
-                readouts: int) -> float:
-    """Self-play games/s through the loop's worker pool (`workers` processes)."""
+                readouts: int) -> tuple[float, float]:
+    """Self-play games/s and moves/s through the loop's worker pool (`workers` processes);
+    a random network's games vary in length, so moves/s is the steadier figure."""
     from hetrl.scheduler.selfplay import _WorkerPool
 
     class _Learner:  # what the pool reads of a learner
@@ -102,7 +103,8 @@ def games_per_s(workers: int, game: GoGame, width: int, blocks: int, games: int,
         pool.play(workers, 1, 10**9, 0, SearchStats())  # warm up: processes started
         start = time.perf_counter()
         records = pool.play(games, games, 10**9, 1, SearchStats())  # all at once, each worker
-        return len(records) / (time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        return len(records) / seconds, sum(len(r.moves) for r in records) / seconds
     finally:
         pool.close()
 
@@ -139,11 +141,11 @@ def main() -> None:
 
     rows = []
     for workers in (1, 2):
-        rate = games_per_s(workers, game, width, blocks, 2 * workers if smoke else 16,
-                           readouts // 2)
-        rows.append((workers, f"{rate:.2f}"))
-    table(["workers", "games / s"], rows,
-          f"Self-play games/s, 9x9, {readouts // 2} readouts, width {width} x {blocks}", "rr")
+        games, moves = games_per_s(workers, game, width, blocks, 2 * workers if smoke else 32,
+                                   readouts // 2)
+        rows.append((workers, f"{games:.2f}", f"{moves:.0f}"))
+    table(["workers", "games / s", "moves / s"], rows,
+          f"Self-play, 9x9, {readouts // 2} readouts, width {width} x {blocks}", "rrr")
 
     n_sp = sorted(TABLE_6)
     nodes = [43 + n for n in n_sp]

@@ -86,8 +86,12 @@ def test_data_parallel_trainers_train_a_generation(tmp_path: Path):
 @pytest.mark.slow
 def test_alphazero_learns_to_beat_random_on_go5(tmp_path: Path):
     """The default job's recipe, shortened for CI: the latest generation wins >= 90% of 100
-    games against a uniformly random player, colours alternating."""
+    games against a uniformly random player, colours alternating. On 5x5 a search of 32
+    readouts with the untrained network already wins ~98% of them (measured), so the test
+    also asks that it wins >= 60% against that untrained network (generation 0) at equal
+    readouts: what learning adds."""
     results = run_job(tmp_path, "algo=alphazero", "tracking=none", "scheduler.generations=5",
                       "scheduler.eval_games=100", "scheduler.eval_every=5")
     assert results["selfplay/generation"] == 5
     assert results["selfplay/win_rate_vs_random"] >= 0.9
+    assert results["selfplay/win_rate_vs_gen0"] >= 0.6

@@ -35,14 +35,16 @@ def _fitting_algo_for_replay(replay_option: str) -> str:
 
 def _fitting_algo_for_scheduler(scheduler_option: str) -> str:
     target = get_class(option_yaml("scheduler", scheduler_option)._target_)
-    return algos_for_loop(getattr(target, "on_policy", False))[0]
+    return next(algo for algo in algos_for_loop(getattr(target, "on_policy", False))
+                if get_class(option_yaml("algo", algo)._target_).agents in target.agents)
 
 
 def _fitting_scheduler_for_actors(actors_option: str) -> str:
     pool = issubclass(option_class("actors", actors_option), ActorPool)
     return next(name for name in group_options("scheduler")  # an off-policy one, for dqn
                 if getattr(option_class("scheduler", name), "actor_pool", False) == pool
-                and not getattr(option_class("scheduler", name), "on_policy", False))
+                and not getattr(option_class("scheduler", name), "on_policy", False)
+                and Agents.single in option_class("scheduler", name).agents)
 
 
 def test_the_conf_tree_has_every_group():
@@ -235,13 +237,18 @@ def test_help_lists_groups_and_options(tmp_path):
     assert out.returncode == 0
     for group in GROUPS:
         assert f"{group}: " in out.stdout
-    assert "a2c, d4pg, ddpg, dqn, maddpg, matd3, ppo, td3" in out.stdout
+    assert "a2c, alphazero, d4pg, ddpg, dqn, maddpg, matd3, ppo, td3" in out.stdout
 
 
 def test_gymnasium_and_mpe_envs_are_real():
     for option in group_options("env"):
         env = option_yaml("env", option)
-        if env._target_ == "hetrl.envs.make_vector_env":
+        if env._target_ == "hetrl.envs.go.GoVectorEnv":  # OpenSpiel's Go at that size
+            import pyspiel
+
+            assert pyspiel.load_game("go", {"board_size": env.board_size}).num_distinct_actions() \
+                == env.board_size ** 2 + 1
+        elif env._target_ == "hetrl.envs.make_vector_env":
             module, _, env_id = env.id.rpartition(":")
             if module:  # "ale_py:ALE/Breakout-v5": the module registers the env
                 importlib.import_module(module)

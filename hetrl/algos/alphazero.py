@@ -314,9 +314,12 @@ def _finish(g: _Game, game: GoGame) -> GameRecord:
 def match(n_games: int, game: GoGame, black_first, white_first, cfg: SearchConfig,
           rng: np.random.Generator, concurrent: int = 16) -> float:
     """Win rate of player A over `n_games` with colours alternating. A player is an
-    evaluator (searched with `cfg.readouts`, no noise, greedy) or None (uniform random)."""
+    evaluator (searched with `cfg.readouts`, no noise; the first `cfg.softpicks` moves of a
+    game drawn from the visits, as in self-play, so that two searches do not play one game
+    over and over; then greedy) or None (uniform random)."""
     a, b = black_first, white_first
     wins = 0
+    softpicks = cfg.softpicks(game)
     for start in range(0, n_games, concurrent):
         batch = list(range(start, min(n_games, start + concurrent)))
         positions = [game.new_position() for _ in batch]
@@ -339,7 +342,12 @@ def match(n_games: int, game: GoGame, black_first, white_first, cfg: SearchConfi
                 searches = [Search(Node(positions[j]), cfg.readouts) for j in mine]
                 run_searches(searches, player, cfg)
                 for j, s in zip(mine, searches):
-                    positions[j] = positions[j].play(int(np.argmax(s.root.search_policy())))
+                    policy = s.root.search_policy()
+                    if positions[j].moves < softpicks:  # as self-play: varied openings
+                        action = int(rng.choice(len(policy), p=policy))
+                    else:
+                        action = int(np.argmax(policy))
+                    positions[j] = positions[j].play(action)
         for j, pos in enumerate(positions):
             winner = pos.winner()
             wins += int((winner == 1) == a_black[j])

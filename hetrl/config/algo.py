@@ -3,7 +3,7 @@ algo's YAML holds its values, and `conf/tuned/` rl-zoo3's per-env ones."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from omegaconf import II, MISSING
@@ -241,7 +241,7 @@ class AlphaZeroConfig:
     momentum: float = MISSING
     l2: float = MISSING
     value_weight: float = MISSING
-    search: SearchSchema = field(default_factory=SearchSchema)
+    search: SearchSchema = MISSING  # the YAML sets the keys it changes; the rest keep their defaults
 
     def __post_init__(self) -> None:
         require(self.width >= 1, "algo.width", self.width, "integers >= 1")

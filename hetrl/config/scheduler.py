@@ -68,7 +68,7 @@ class SelfPlaySchedulerConfig(SchedulerConfig):
     gating_win_rate: float = MISSING  # MLPerf: 0.49
     eval_games: int = MISSING  # against a uniformly random player
     eval_readouts: int = MISSING  # readouts per move in gating and evaluation
-    eval_every: int = 1  # generations between evaluations against random (and the last)
+    eval_every: int = MISSING  # generations between evaluations (and the last)
 
     def __post_init__(self) -> None:
         for key in ("games_per_generation", "concurrent_games", "generations", "window",

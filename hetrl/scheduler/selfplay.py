@@ -15,7 +15,9 @@ gloo, the global batch split evenly) when `trainers` > 1.
 3. **Gate.** The trained network plays `best` over `gating_games` games, colours
    alternating; it becomes `best` if it wins at least `gating_win_rate` of them (MLPerf
    0.49; `gating_games: 0` accepts every generation).
-4. **Evaluate** `best` against a uniformly random player over `eval_games` games.
+4. **Evaluate** `best` against a uniformly random player and against generation 0 (the
+   untrained network) over `eval_games` games each, every `eval_every` generations, at
+   `eval_readouts` (equal readouts for both sides; no noise, greedy).
 
 `steps` counts the moves played in self-play; the loop ends after `generations` generations or
 once `steps` moves are played (a generation stops starting games when the budget is spent).
@@ -77,6 +79,10 @@ class SelfPlayScheduler:
         game: GoGame = t.envs.game
         sp = state.__dict__.setdefault("selfplay", {"generation": 0, "window": [],
                                                     "positions": 0})
+        if "generation_0" not in sp:  # what "against generation 0" plays
+            sp["generation_0"] = plain_state_dict(learner.best)
+        gen0 = PolicyValueNet(game.planes, game.n, learner.width, learner.blocks)
+        gen0.load_state_dict(sp["generation_0"])
         timer = PhaseTimer(state.phase_s)
         rng = np.random.default_rng(t.seed + 1000 * sp["generation"])
         pool = _WorkerPool(self.workers, game, learner, t.seed) if self.workers > 0 else None
@@ -150,6 +156,10 @@ class SelfPlayScheduler:
                                           evaluator(learner.best, game, learner.device), None,
                                           eval_cfg, rng, self.concurrent_games)
                         sp["vs_random"] = vs_random
+                        sp["vs_gen0"] = match(self.eval_games, game,
+                                              evaluator(learner.best, game, learner.device),
+                                              evaluator(gen0, game), eval_cfg, rng,
+                                              self.concurrent_games)
                     vs_random = sp.get("vs_random", float("nan"))
                 eval_s = time.perf_counter() - start
                 sp["generation"] = gen + 1
@@ -169,6 +179,7 @@ class SelfPlayScheduler:
                     "selfplay/gating_win_rate": rate,
                     "selfplay/accepted": float(accepted),
                     "selfplay/win_rate_vs_random": vs_random,
+                    "selfplay/win_rate_vs_gen0": sp.get("vs_gen0", float("nan")),
                     "selfplay/window_positions": float(sp["positions"]),
                     "selfplay/black_win_rate": float(np.mean([r.winner == 1 for r in records])),
                     "selfplay/resigned": float(np.mean([r.resigned for r in records])),
@@ -181,13 +192,15 @@ class SelfPlayScheduler:
                 sp["metrics"] = metrics
                 t.report(state.step, metrics)
                 log.info("generation %d: %d games, %.1f games/s, %.0f leaf evals/s (batch "
-                         "%.1f), black wins %.2f, loss %.3f (value %.3f), gating %.2f (%s), vs random %.2f", gen + 1,
+                         "%.1f), black wins %.2f, loss %.3f (value %.3f), gating %.2f (%s), vs random %.2f, "
+                         "vs generation 0 %.2f", gen + 1,
                          len(records), metrics["selfplay/games_per_s"],
                          metrics["selfplay/leaf_evals_per_s"], stats.mean_batch,
                          metrics["selfplay/black_win_rate"],
                          float(learner_metrics.get("loss", float("nan"))),
                          float(learner_metrics.get("value_loss", float("nan"))), rate,
-                         "accepted" if accepted else "rejected", vs_random)
+                         "accepted" if accepted else "rejected", vs_random,
+                         metrics["selfplay/win_rate_vs_gen0"])
                 if t.checkpoint_every > 0:
                     t.checkpoint(state)
         finally:
