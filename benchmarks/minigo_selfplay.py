@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from common import host_line, table
 
-from hetrl.algos.alphazero import PolicyValueNet, evaluator, play_games
+from hetrl.algos.alphazero import PolicyValueNet, evaluator
 from hetrl.algos.mcts import Node, Search, SearchConfig, SearchStats, run_searches
 from hetrl.envs.go import GoGame
 from hetrl.platform.minigo_cluster import (

@@ -38,7 +38,11 @@ from hetrl.config.replay import (
     UniformSamplerConfig,
 )
 from hetrl.config.run import RunConfig
-from hetrl.config.scheduler import PearlSchedulerConfig, SchedulerConfig, SelfPlaySchedulerConfig
+from hetrl.config.scheduler import (
+    PearlSchedulerConfig,
+    SchedulerConfig,
+    SelfPlaySchedulerConfig,
+)
 from hetrl.config.tracking import (
     MlflowTrackingConfig,
     NullTrackingConfig,
