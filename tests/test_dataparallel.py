@@ -9,9 +9,9 @@ import torch.multiprocessing as mp
 from hetrl.algos.alphazero import make_learner
 from hetrl.scheduler.dataparallel import ddp_gradients, free_port
 
-KWARGS = dict(obs_shape=(12, 5, 5), num_actions=26, width=8, blocks=1, batch_size=8,
-              lr_values=[0.01], lr_boundaries=[], momentum=0.9, l2=1e-4, value_weight=0.5,
-              search={})
+KWARGS = {"obs_shape": (12, 5, 5), "num_actions": 26, "width": 8, "blocks": 1, "batch_size": 8,
+              "lr_values": [0.01], "lr_boundaries": [], "momentum": 0.9, "l2": 1e-4, "value_weight": 0.5,
+              "search": {}}
 
 
 def test_two_rank_ddp_gradients_equal_one_process():

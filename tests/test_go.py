@@ -119,7 +119,7 @@ def test_env_plays_a_game_against_random():
 def test_sgf_of_a_game(game):
     from hetrl.algos.alphazero import GameRecord, to_sgf
 
-    moves = [game.action(c) for c in "a1 e5 c3".split()] + [game.pass_action] * 2
+    moves = [game.action(c) for c in ["a1", "e5", "c3"]] + [game.pass_action] * 2
     pos = game.position_from(moves)
     record = GameRecord(moves, pos.winner(), False, None, None, None, pos.score())
     sgf = to_sgf(record, game)

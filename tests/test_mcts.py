@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from hetrl.algos.alphazero import PolicyValueNet, evaluator, play_games
-from hetrl.algos.mcts import Node, Search, SearchConfig, SearchStats, run_searches, search_position
+from hetrl.algos.mcts import (
+    Node,
+    Search,
+    SearchConfig,
+    SearchStats,
+    run_searches,
+    search_position,
+)
 from hetrl.envs.go import GoGame
 
 

@@ -17,8 +17,9 @@ Self-play plays with `best` (the last generation that passed gating); training u
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -27,7 +28,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from hetrl.algos.base import Learner
-from hetrl.algos.mcts import Node, Search, SearchConfig, SearchStats, inject_noise, run_searches
+from hetrl.algos.mcts import (
+    Node,
+    Search,
+    SearchConfig,
+    SearchStats,
+    inject_noise,
+    run_searches,
+)
 from hetrl.config.enums import ActionSpace, Agents
 from hetrl.envs.go import GoGame, GoPosition
 
@@ -102,11 +110,11 @@ class AlphaZero(Learner):
                  **_: Any) -> None:
         super().__init__(device=device, hidden=[width] * blocks, lr=lr_values[0], gamma=1.0)
         # what another process needs to make the same learner (data-parallel trainers)
-        self.init_kwargs = dict(obs_shape=tuple(obs_space.shape), num_actions=int(act_space.n),
-                                width=width, blocks=blocks, batch_size=batch_size,
-                                lr_values=list(lr_values), lr_boundaries=list(lr_boundaries),
-                                momentum=momentum, l2=l2, value_weight=value_weight,
-                                search=dict(search))
+        self.init_kwargs = {"obs_shape": tuple(obs_space.shape), "num_actions": int(act_space.n),
+                                "width": width, "blocks": blocks, "batch_size": batch_size,
+                                "lr_values": list(lr_values), "lr_boundaries": list(lr_boundaries),
+                                "momentum": momentum, "l2": l2, "value_weight": value_weight,
+                                "search": dict(search)}
         planes, n, _ = obs_space.shape
         self.board_size, self.planes = n, planes
         self.width, self.blocks = width, blocks

@@ -18,8 +18,8 @@ batched with other games or alone: the leaves of one game depend only on its own
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -59,8 +59,20 @@ class SearchConfig:
 class Node:
     """A position in the tree; its children's statistics live in its arrays."""
 
-    __slots__ = ("pos", "parent", "action", "children", "N", "to_play", "legal", "prior",
-                 "child_N", "child_W", "q_init", "pending")
+    __slots__ = (
+        "N",
+        "action",
+        "child_N",
+        "child_W",
+        "children",
+        "legal",
+        "parent",
+        "pending",
+        "pos",
+        "prior",
+        "q_init",
+        "to_play",
+    )
 
     def __init__(self, pos: GoPosition, parent: Node | None = None, action: int = -1) -> None:
         self.pos, self.parent, self.action = pos, parent, action

@@ -23,7 +23,7 @@ Actions are `row * N + col` (row 0 is the first line, "a1" = 0) and `N * N` is p
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -99,8 +99,17 @@ class GoPosition:
 
     Immutable: `play` returns the next position."""
 
-    __slots__ = ("game", "state", "board", "boards", "seen", "counts", "superko", "moves",
-                 "last")
+    __slots__ = (
+        "board",
+        "boards",
+        "counts",
+        "game",
+        "last",
+        "moves",
+        "seen",
+        "state",
+        "superko",
+    )
 
     def __init__(self, game: GoGame, state: Any, board: np.ndarray, boards: tuple,
                  seen: frozenset, counts: frozenset, superko: bool = False,
@@ -199,7 +208,7 @@ class GoVectorEnv:
     `build()` makes for every job; AlphaZero's loop plays self-play games of `game`
     instead). The agent plays black; reward ±1 at the end; illegal moves become passes."""
 
-    metadata: dict = {}
+    metadata: ClassVar[dict] = {}
 
     def __init__(self, board_size: int = 9, komi: float = 7.5, history: int = 4,
                  liberties: bool = True, resign_threshold: float = -0.9,

@@ -118,7 +118,7 @@ def _rank_main(rank: int, world: int, port: int, kwargs: dict, optimizer: dict, 
                 learner.update(sample(window, rows, rng), model=ddp)
             outbox.put(("done", rank))
         dist.destroy_process_group()
-    except Exception:
+    except Exception:  # noqa: BLE001  (reported to the loop)
         outbox.put(("error", traceback.format_exc()))
 
 
@@ -138,6 +138,6 @@ def ddp_gradients(rank: int, world: int, port: int, kwargs: dict, state: dict,
         # numpy, not tensors: a tensor in a queue is shared through the sender, gone by then
         out.put((rank, {n: p.grad.numpy().copy() for n, p in learner.net.named_parameters()}))
         dist.destroy_process_group()
-    except Exception:
+    except Exception:  # noqa: BLE001  (reported to the loop)
         import traceback
         out.put((rank, traceback.format_exc()))

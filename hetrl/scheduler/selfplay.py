@@ -48,9 +48,9 @@ from hetrl.algos.alphazero import (
 )
 from hetrl.algos.mcts import SearchConfig, SearchStats
 from hetrl.config.enums import Agents
-from hetrl.scheduler.dataparallel import DataParallelTrainers
 from hetrl.envs.go import GoGame
 from hetrl.scheduler.context import Stopped, Training, loop_metrics
+from hetrl.scheduler.dataparallel import DataParallelTrainers
 from hetrl.scheduler.state import LoopState, PhaseTimer
 
 log = logging.getLogger("hetrl")
