@@ -91,8 +91,10 @@ def test_task_graph_runs_actor_and_critic_through_one_loss(env):
 
 @pytest.mark.parametrize(("algo", "scheduler", "valid"), [
     ("ppo", "sync",
-     "scheduler from ['onpolicy'] or algo from ['d4pg', 'ddpg', 'dqn', 'maddpg', 'matd3', 'td3']"),
-    ("dqn", "onpolicy", "scheduler from ['actorq', 'pearl', 'sync'] or algo from ['a2c', 'ppo']"),
+     "scheduler from ['onpolicy'] or algo from ['alphazero', 'd4pg', 'ddpg', 'dqn', 'maddpg', "
+     "'matd3', 'td3']"),
+    ("dqn", "onpolicy",
+     "scheduler from ['actorq', 'pearl', 'selfplay', 'sync'] or algo from ['a2c', 'ppo']"),
 ])
 def test_an_algo_and_a_scheduler_that_do_not_fit_are_named(algo, scheduler, valid):
     cfg, choices = compose_job(f"algo={algo}", f"scheduler={scheduler}")
