@@ -261,7 +261,7 @@ def end_to_end(w: Workload, store: Path, starts: int) -> tuple[dict, dict, list[
     candidates = [{**loop_figures(r.data.metrics, w.steps),
                    "threads": r.data.params["platform.threads"],
                    "setting": f"{r.data.tags['precision']}, {r.data.params['env.n_envs']} env"}
-                  for r in sweep(store, *w.overrides(*w.candidates))]
+                  for r in sweep(store / "sweep", *w.overrides(*w.candidates))]
     return sb3, hetrl, candidates
 
 

@@ -136,7 +136,7 @@ def test_each_learner_trains_with_replay_prioritized(algo, tmp_path):
     (("algo=a2c", "env=pendulum", "replay=prioritized"),
      ["algo=a2c", "['d4pg', 'ddpg', 'td3']"]),
     (("algo=maddpg", "replay=prioritized"), ["replay=prioritized", "single-agent",
-                                             "['joint', 'per_agent']"]),
+                                             "['joint', 'per_agent', 'per_agent_lists']"]),
     (("algo=dqn", "replay=prioritized", "replay.fanout=1"), ["replay.fanout=1"]),
 ])
 def test_prioritized_with_an_algo_it_does_not_fit_is_named(overrides, named):
