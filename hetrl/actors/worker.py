@@ -20,7 +20,8 @@ import torch
 from hetrl.actors.weights import deserialize
 from hetrl.algos.base import Learner
 from hetrl.quant import QuantSpec, quantize_policy
-from hetrl.scheduler.autoreset import episode_returns, stored_next_obs
+from hetrl.scheduler.collect import env_step
+from hetrl.scheduler.state import PhaseTimer
 from hetrl.seeding import seed_everything
 
 STATS = ("step_s", "env_s", "pull_s", "deserialize_s", "load_state_dict_s", "comm_bytes", "pulls",
@@ -121,27 +122,17 @@ class ActorWorker:
         envs, learner = self.envs, self.learner
         columns: list[list[np.ndarray]] = [[] for _ in range(6)]
         returns: list[np.ndarray] = []
-        for i in range(steps):
-            global_step = step + i * envs.num_envs * self.n_actors
-            start = perf_counter()
-            if global_step < learner.learning_starts:
-                actions = envs.action_space.sample()
-            else:
-                with learner.acting_with(self.policy):
-                    actions = learner.act(self.obs, global_step)
-            acted = perf_counter()
-            next_obs, rewards, terminated, truncated, info = envs.step(actions)
-            stats["step_s"] += acted - start
-            stats["env_s"] += perf_counter() - acted
-            done = terminated | truncated
-            if done.any():
-                learner.end_episodes(done)
-                returns.append(episode_returns(info))
-            for column, value in zip(columns, (self.obs, actions, rewards,
-                                               stored_next_obs(next_obs, done, info),
-                                               terminated, truncated)):
-                column.append(value)
-            self.obs = next_obs
+        phases: dict[str, float] = {}
+        timer = PhaseTimer(phases)
+        with learner.acting_with(self.policy):
+            for i in range(steps):
+                taken = env_step(envs, learner, self.obs,
+                                 step + i * envs.num_envs * self.n_actors, timer)
+                returns.append(taken.returns)
+                for column, value in zip(columns, taken.transitions):
+                    column.append(value)
+                self.obs = taken.next_obs
+        stats["step_s"], stats["env_s"] = phases.get("act", 0.0), phases.get("env", 0.0)
         return Chunk(self.rank, *(np.stack(c) for c in columns),
                      returns=np.concatenate(returns) if returns else np.zeros(0), stats=stats)
 

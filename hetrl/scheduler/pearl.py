@@ -156,6 +156,7 @@ class PearlScheduler:
             phase["pearl_insert"] = phase.get("pearl_insert", 0.0) + perf_counter() - start
 
         executor = ThreadPoolExecutor(1, thread_name_prefix="pearl-insert")
+        threads = torch.get_num_threads()  # Algorithm 1 moves cores to the learner: given back
         owed, pending_steps, learner_metrics = 0, 0, {}
         try:
             if (shared is not None and self.fork_actors and pool.start_method == "spawn"
@@ -235,6 +236,7 @@ class PearlScheduler:
         finally:
             executor.shutdown(wait=True)
             pool.close()
+            torch.set_num_threads(threads)
         if events and t.log_text is not None:
             t.log_text(_table(events), "pearl/resource_decisions.csv")
         results = loop_metrics(state, learner, learner_metrics)

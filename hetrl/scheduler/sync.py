@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hetrl.algos.base import OffPolicyLearner
-from hetrl.scheduler.autoreset import episode_returns, stored_next_obs
+from hetrl.scheduler.collect import env_step
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.state import LoopState, PhaseTimer
 from hetrl.scheduler.updates import Updates
@@ -32,21 +32,11 @@ class SyncScheduler:
         boundary = StepBoundary(t, state)
 
         while state.step < t.steps:
-            with timer("act"):
-                if state.step < learner.learning_starts:
-                    actions = envs.action_space.sample()
-                else:
-                    actions = learner.act(obs, state.step)
-            with timer("env"):
-                next_obs, rewards, terminated, truncated, info = envs.step(actions)
-            done = terminated | truncated
+            taken = env_step(envs, learner, obs, state.step, timer)
             with timer("replay_add"):
-                replay.add(obs, actions, rewards, stored_next_obs(next_obs, done, info),
-                           terminated, truncated)
-            if done.any():
-                learner.end_episodes(done)
-                state.record_episodes(episode_returns(info))
-            obs = next_obs
+                replay.add(*taken.transitions)
+            state.record_episodes(taken.returns)
+            obs = taken.next_obs
             for _ in range(updates.owed(n_envs)):
                 learner_metrics = updates.step()
             boundary(n_envs, obs, learner_metrics)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hetrl.algos.base import OffPolicyLearner
 from hetrl.config.enums import Agents
-from hetrl.scheduler.autoreset import episode_returns, stored_next_obs
+from hetrl.scheduler.collect import env_step
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.state import LoopState, PhaseTimer
 from hetrl.scheduler.updates import Updates
@@ -33,24 +33,15 @@ class EpisodicScheduler:
         obs, owed, learner_metrics = state.obs, 0, {}
 
         while state.step < t.steps:
-            with timer("act"):
-                if state.step < learner.learning_starts:
-                    actions = envs.action_space.sample()
-                else:
-                    actions = learner.act(obs, state.step)
-            with timer("env"):
-                next_obs, rewards, terminated, truncated, info = envs.step(actions)
-            done = terminated | truncated
+            taken = env_step(envs, learner, obs, state.step, timer)
             with timer("replay_add"):
-                replay.add(obs, actions, rewards, stored_next_obs(next_obs, done, info),
-                           terminated, truncated)
+                replay.add(*taken.transitions)
             owed += updates.owed(envs.num_envs)
-            if done.any():
-                learner.end_episodes(done)
-                state.record_episodes(episode_returns(info))
-                for _ in range(owed):  # the episode is over: pay what its steps are owed
+            if len(taken.returns):  # an episode is over: pay what its steps are owed
+                state.record_episodes(taken.returns)
+                for _ in range(owed):
                     learner_metrics = updates.step()
                 owed = 0
-            obs = next_obs
+            obs = taken.next_obs
             boundary(envs.num_envs, obs, learner_metrics)
         return loop_metrics(state, learner, learner_metrics)
