@@ -132,7 +132,7 @@ def test_the_report_of_a_sweep_in_mlflow_plots_finished_jobs_and_tables_every_jo
     page, pngs = _report(client, parent_id, tmp_path)
     assert sorted(page.images) == sorted(pngs.values())  # every PNG, embedded
 
-    found, left_out = panels(load_sweep(client, parent_id).plotted)
+    found, left_out = panels(load_sweep(client, parent_id))
     assert [p.metric for p in found] == ["eps_platform", "eps_host"]  # modeled, measured
     modeled, measured = found
     assert {p.name for p in modeled.points} == {"v-fp32-s0", "v-fp16-s0", "v-fp16-s1",

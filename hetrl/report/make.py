@@ -35,7 +35,7 @@ def log_report(client: MlflowClient, parent_id: str, copy_to: Path | None = None
 def write_report(sweep: Sweep, out: Path) -> list[Path]:
     """The report's PNGs and its HTML page (the PNGs embedded) in `out`; their paths, the
     page last."""
-    found, left_out = panels(sweep.plotted)
+    found, left_out = panels(sweep)
     figures = []
     if found:
         modeled = " and ".join(("modeled" if p.modeled else "measured") for p in found)
@@ -98,7 +98,7 @@ def _notes(sweep: Sweep) -> list[str]:
              + (f", {counts['RUNNING']} still running" if counts["RUNNING"] else "")
              + (f"; {not_started} never started (summary.md lists them)" if not_started
                 else "") + "."]
-    unplotted = [j.name for j in sweep.jobs if not j.finished]
+    unplotted = [sweep.label(j) for j in sweep.jobs if not j.finished]
     if unplotted:
         notes.append("Jobs that did not finish (FAILED, KILLED or RUNNING) are in the table "
                      "only, not in the plots: " + ", ".join(unplotted) + ".")

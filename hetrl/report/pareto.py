@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from hetrl.report.runs import Job
+from hetrl.report.runs import Sweep
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
@@ -57,26 +57,26 @@ class Panel:
 MODELED, MEASURED = "eps_platform", "eps_host"
 
 
-def panels(jobs: Sequence[Job]) -> tuple[list[Panel], list[str]]:
-    """The Pareto chart's panels (modeled first) and the names of the jobs it leaves out, each
-    with why. A job's x is its `eps_platform` where it has one (modeled), else its `eps_host`
+def panels(sweep: Sweep) -> tuple[list[Panel], list[str]]:
+    """The Pareto chart's panels of the sweep's finished jobs (modeled first) and the jobs it
+    leaves out, each with why. A job's x is its `eps_platform` where it has one (modeled), else its `eps_host`
     (measured): the two never share an axis. The speedup is over the panel's slowest job, from
     EPS, because each job's `speedup_vs_<baseline>` is over a baseline plan of its own platform
     and precision and so does not compare across jobs. A job without `reward_error_pct` is at
     0 % when its precision is fp32 (the reference of the others), else left out."""
     by_metric: dict[str, list[Point]] = {MODELED: [], MEASURED: []}
     left_out = []
-    for job in jobs:
-        metrics = job.metrics
+    for job in sweep.plotted:
+        metrics, name = job.metrics, sweep.label(job)
         metric = MODELED if MODELED in metrics else MEASURED
         if not metrics.get(metric, 0.0) > 0:  # no update, no throughput
-            left_out.append(f"{job.name} (no {MODELED} or {MEASURED})")
+            left_out.append(f"{name} (no {MODELED} or {MEASURED})")
             continue
         error = metrics.get("reward_error_pct")
         if error is None and job.option("precision") != "fp32":
-            left_out.append(f"{job.name} (no reward_error_pct)")
+            left_out.append(f"{name} (no reward_error_pct)")
             continue
-        by_metric[metric].append(Point(job.run.info.run_id, job.name, job.option("platform"),
+        by_metric[metric].append(Point(job.run.info.run_id, name, job.option("platform"),
                                        job.option("precision"), metrics[metric], 1.0,
                                        0.0 if error is None else error))
     found = []
