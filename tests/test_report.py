@@ -5,6 +5,7 @@ real sweep logs to its parent when it ends, and `python -m hetrl.report`."""
 from __future__ import annotations
 
 import base64
+import logging
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -19,6 +20,7 @@ from hetrl.report import log_report, pareto_front
 from hetrl.report.__main__ import DEFAULT_URI, main
 from hetrl.report.pareto import panels
 from hetrl.report.runs import load_sweep
+from hetrl.tracking.sweep import MlflowSweep
 
 PNGS = {"pareto.png", "eps.png", "learning_curves.png", "phases.png"}
 VOID = {"meta", "img", "br", "hr", "link", "input"}
@@ -243,3 +245,12 @@ def test_the_default_store_is_hetrls_and_the_sweep_imports_no_matplotlib():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          timeout=120)
     assert out.stdout.strip() == "False False", out.stderr[-2000:]
+
+
+def test_a_report_that_fails_is_a_warning_not_the_sweeps_failure(tmp_path, caplog):
+    callback = MlflowSweep(tracking_uri(tmp_path), "hetrl")
+    callback._client()
+    missing = "0" * 32  # the parent run is not in the store: reading the sweep fails
+    with caplog.at_level(logging.WARNING, logger="hetrl"):
+        callback._log_report(missing)
+    assert "sweep report not written" in caplog.text and missing in caplog.text

@@ -42,8 +42,9 @@ def write_report(sweep: Sweep, out: Path) -> list[Path]:
         figures.append(Figure(
             "Pareto front: speedup vs reward error",
             charts.pareto_chart(found, left_out, out / "pareto.png"),
-            f"One point per finished job ({modeled}); colour: platform, shape: precision; the "
-            "dashed line joins the jobs no other job beats in both speedup and reward error. "
+            f"One point per finished job (panels: {modeled}); colour: platform, shape: "
+            "precision. The ringed jobs, joined by the dashed line, are the non-dominated "
+            "ones: no other job is as fast and as exact and better in one of the two. "
             "A job on a modeled platform is placed by its modeled eps_platform, a job on this "
             "host by its measured eps_host, never on one axis. The speedup is over the "
             "panel's slowest job, from EPS: a job's own speedup_vs_<baseline> is over a "
@@ -54,10 +55,10 @@ def write_report(sweep: Sweep, out: Path) -> list[Path]:
             + (f" Not shown: {'; '.join(left_out)}." if left_out else "")))
     for title, draw, name, caption in (
             ("EPS per platform and partitioner", charts.eps_chart, "eps.png",
-             "EPS = batch size × updates / training seconds. Modeled (eps_platform, hatched): "
+             "EPS: samples trained per second. Modeled (eps_platform, hatched): "
              "batch / the modeled step time of the job's plan on its platform. Measured "
-             "(eps_host): the training loop as it ran on this host, whatever the platform "
-             "modeled. PEARL's Φ(P) (in the title where the sweep spans platforms) is the "
+             "(eps_host): batch × updates / training seconds of the loop as it ran on this "
+             "host, whatever the platform modeled. PEARL's Φ(P) (in the title where the sweep spans platforms) is the "
              "harmonic mean over platforms of each one's best EPS (portability.csv): modeled "
              "on a modeled platform, measured on the host, as the sweep logged it."),
             ("Learning curves", charts.curves_chart, "learning_curves.png",

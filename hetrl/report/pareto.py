@@ -59,11 +59,12 @@ MODELED, MEASURED = "eps_platform", "eps_host"
 
 def panels(sweep: Sweep) -> tuple[list[Panel], list[str]]:
     """The Pareto chart's panels of the sweep's finished jobs (modeled first) and the jobs it
-    leaves out, each with why. A job's x is its `eps_platform` where it has one (modeled), else its `eps_host`
-    (measured): the two never share an axis. The speedup is over the panel's slowest job, from
-    EPS, because each job's `speedup_vs_<baseline>` is over a baseline plan of its own platform
-    and precision and so does not compare across jobs. A job without `reward_error_pct` is at
-    0 % when its precision is fp32 (the reference of the others), else left out."""
+    leaves out, each with why. A job's x is its `eps_platform` where it has one (modeled),
+    else its `eps_host` (measured): the two never share an axis. The speedup is over the
+    panel's slowest job, from EPS, because each job's `speedup_vs_<baseline>` is over a
+    baseline plan of its own platform and precision and so does not compare across jobs. A
+    job without `reward_error_pct` is at 0 % when its precision is fp32 (the reference of the
+    others), else left out."""
     by_metric: dict[str, list[Point]] = {MODELED: [], MEASURED: []}
     left_out = []
     for job in sweep.plotted:

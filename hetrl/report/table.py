@@ -26,7 +26,8 @@ def summary_table(sweep: Sweep, front: set[str] | frozenset[str] = frozenset()) 
     metrics = [m for m in KEY_METRICS if any(m in job.metrics for job in sweep.jobs)]
     header = ["run", "status", *sweep.keys, *metrics, "Pareto front"]
     rows = [[sweep.label(job), job.status, *(job.option(k) for k in sweep.keys),
-             *(_fmt(job.metrics.get(m)) for m in metrics), "yes" if job.run.info.run_id in front else ""]
+             *(_fmt(job.metrics.get(m)) for m in metrics),
+             "yes" if job.run.info.run_id in front else ""]
             for job in sweep.jobs]
     return Table(header, rows)
 

@@ -226,10 +226,11 @@ class MlflowSweep(Callback):
             from hetrl.report import log_report  # matplotlib: only when a sweep ends
 
             log_report(self.client, parent_id)
-        except Exception as error:  # noqa: BLE001 - the sweep's runs are logged already
+        except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001 - the runs are logged
             import logging
 
-            logging.getLogger("hetrl").warning("sweep report not written: %s", error)
+            logging.getLogger("hetrl").warning("sweep report not written: %s",
+                                               str(error) or type(error).__name__)
 
 
 def platform_portability(children: list, keys: list[str]) -> tuple[str, dict[str, float]] | None:
