@@ -1,4 +1,5 @@
-"""Pictures logged with a run: the learning curve and the plan's schedule."""
+"""Pictures logged with a run: the learning curve and the plan's schedule; the house style
+the sweep report (hetrl.report) draws in too."""
 
 from __future__ import annotations
 
@@ -38,6 +39,13 @@ def device_labels(platform: object) -> dict[str, str]:
     return labels
 
 
+def legend_beside(ax: plt.Axes, handles: Sequence | None = None) -> None:
+    """The legend to the right of the axes, top-aligned, small and unframed (the house style
+    of every picture hetrl logs)."""
+    kwargs = {} if handles is None else {"handles": list(handles)}
+    ax.legend(**kwargs, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
 def learning_curve(history: list[tuple[int, float]], path: Path, title: str,
                    learning_starts: int | None = None,
                    references: Mapping[str, float] | None = None) -> Path:
@@ -59,7 +67,7 @@ def learning_curve(history: list[tuple[int, float]], path: Path, title: str,
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        legend_beside(ax)
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
@@ -109,8 +117,7 @@ def gantt(plan: Plan, graph: TaskGraph, path: Path, title: str,
                              label=f"every node {distinct[0]}"))
     handles.append(plt.Line2D([], [], color="dimgray", marker=">", markersize=4,
                               label=f"transfer ({transfers}, {transfer_s * 1e6:.1f} µs)"))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
-              frameon=False)
+    legend_beside(ax, handles)
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -6,6 +6,7 @@ child's choices, final metrics and status, and the jobs that never started, rewr
 each job so that a sweep cut short still has one. Hydra skips `on_multirun_end` when a job
 failed, so the parent is also closed at exit. SIGINT/SIGTERM between two jobs stop the sweep
 (during a job, the job's own handler stops it after a checkpoint): the parent ends KILLED.
+Once closed, the parent gets the sweep report (hetrl.report: plots and one HTML page).
 """
 
 from __future__ import annotations
@@ -215,7 +216,21 @@ class MlflowSweep(Callback):
                   else "KILLED" if "KILLED" in statuses or cut_short else "FINISHED")
         self.client.set_terminated(self.parent_id, status=status)
         os.environ.pop(PARENT_ENV, None)
-        self.parent_id = None
+        parent_id, self.parent_id = self.parent_id, None
+        self._log_report(parent_id)
+
+    def _log_report(self, parent_id: str) -> None:
+        """The sweep report (hetrl.report) in the parent run, once the sweep is closed: a
+        report that fails is a warning, never the sweep's failure."""
+        try:
+            from hetrl.report import log_report  # matplotlib: only when a sweep ends
+
+            log_report(self.client, parent_id)
+        except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001 - the runs are logged
+            import logging
+
+            logging.getLogger("hetrl").warning("sweep report not written: %s",
+                                               str(error) or type(error).__name__)
 
 
 def platform_portability(children: list, keys: list[str]) -> tuple[str, dict[str, float]] | None:
