@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import compose_job, run_job, tracking_uri
+from helpers import build_job, compose_job, run_job, tracking_uri
 
 from hetrl import checkpoint, experiment
 from hetrl.algos.alphazero import augment, symmetry
 from hetrl.config.errors import ConfigError
+from hetrl.partition.graph import Pass
 from hetrl.validation import validate
 
 TINY = ("steps=64", "algo.width=8", "algo.blocks=1", "algo.search.readouts=8",
@@ -52,6 +53,18 @@ def test_symmetries_move_planes_and_policy_together():
         assert out_pi[k, :-1].reshape(n, n).equal(out_planes[k, 0])
     assert len({tuple(out_pi[k].nonzero().flatten().tolist()) for k in range(8)}) == 8
     assert symmetry(planes[:1], 0).equal(planes[:1])
+
+
+def test_the_host_times_every_layer_pass_of_the_training_step():
+    """On platform=host the step's task graph is timed layer by layer (`host/plan_*`): the
+    residual tower's convs, BNs and ReLUs, both heads, their backward passes."""
+    components = build_job("algo=alphazero", "algo.width=8", "algo.blocks=1", plan=True)
+    step = components.step_plan
+    assert step.measured and step.plan.makespan > 0
+    for node, seconds in zip(step.graph.nodes, step.costs.seconds[:, 0]):
+        if node.pass_ is not Pass.update:
+            assert seconds > 0, node.name
+    assert components.learner.net.training  # the timed copy, not the learner, ran
 
 
 def test_a_tiny_job_trains_checkpoints_and_resumes(tmp_path: Path):
