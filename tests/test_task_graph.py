@@ -49,8 +49,8 @@ def ddpg(obs_dim: int, act_dim: int, twin: bool = False) -> Callable[[int], Task
 
 
 def alphazero(batch: int, width: int = 16, blocks: int = 2, n: int = 5) -> TaskGraph:
-    """The step graph of an AlphaZero learner on an n x n board (MLPerf's 13 planes)."""
-    return AlphaZero(obs_space=gym.spaces.Box(0.0, 1.0, (13, n, n), np.float32),
+    """The step graph of an AlphaZero learner on an n x n board (env=go*'s 12 planes)."""
+    return AlphaZero(obs_space=gym.spaces.Box(0.0, 1.0, (12, n, n), np.float32),
                      act_space=gym.spaces.Discrete(n * n + 1), device=torch.device("cpu"),
                      width=width, blocks=blocks, batch_size=batch, lr_values=[0.01],
                      lr_boundaries=[], momentum=0.9, l2=1e-4, value_weight=0.5,
@@ -195,7 +195,7 @@ def test_the_alphazero_step_follows_the_residual_tower_and_both_heads():
 
 
 def test_planning_an_alphazero_step_leaves_its_batch_norm_statistics_alone():
-    learner = AlphaZero(obs_space=gym.spaces.Box(0.0, 1.0, (13, 5, 5), np.float32),
+    learner = AlphaZero(obs_space=gym.spaces.Box(0.0, 1.0, (12, 5, 5), np.float32),
                         act_space=gym.spaces.Discrete(26), device=torch.device("cpu"),
                         width=8, blocks=1, batch_size=8, lr_values=[0.01], lr_boundaries=[],
                         momentum=0.9, l2=1e-4, value_weight=0.5, search={})

@@ -241,6 +241,12 @@ class GameRecord:
     score: float | None = None  # Tromp-Taylor, black minus white (None if resigned)
 
 
+def result(record: GameRecord) -> str:
+    """The game's result as SGF writes it: "B+R" (white resigned), "W+3.5" (by area)."""
+    colour = "B" if record.winner == 1 else "W"
+    return f"{colour}+R" if record.resigned else f"{colour}+{abs(record.score or 0):g}"
+
+
 def to_sgf(record: GameRecord, game: GoGame, name: str = "hetrl") -> str:
     """The game as SGF (FF[4]; any Go viewer opens it): Tromp-Taylor rules, komi, result."""
     def point(action: int) -> str:
@@ -249,10 +255,8 @@ def to_sgf(record: GameRecord, game: GoGame, name: str = "hetrl") -> str:
         row, col = divmod(action, game.n)
         return "abcdefghijklmnopqrs"[col] + "abcdefghijklmnopqrs"[game.n - 1 - row]  # top row "a"
 
-    colour = "B" if record.winner == 1 else "W"
-    result = f"{colour}+R" if record.resigned else f"{colour}+{abs(record.score or 0):g}"
     head = (f"(;GM[1]FF[4]CA[UTF-8]AP[hetrl]SZ[{game.n}]KM[{game.komi:g}]RU[Tromp-Taylor]"
-            f"PB[{name}]PW[{name}]RE[{result}]")
+            f"PB[{name}]PW[{name}]RE[{result(record)}]")
     moves = "".join(f";{'BW'[i % 2]}[{point(a)}]" for i, a in enumerate(record.moves))
     return head + moves + ")\n"
 
@@ -348,7 +352,8 @@ def match(n_games: int, game: GoGame, black_first, white_first, cfg: SearchConfi
     """Win rate of player A over `n_games` with colours alternating. A player is an
     evaluator (searched with `cfg.readouts`, no noise; the first `cfg.softpicks` moves of a
     game drawn from the visits, as in self-play, so that two searches do not play one game
-    over and over; then greedy) or None (uniform random)."""
+    over and over; then greedy), a player with a `move(position)` (`PureMcts`: a pure
+    random-rollout MCTS), or None (uniform random)."""
     a, b = black_first, white_first
     wins = 0
     softpicks = cfg.softpicks(game)
@@ -370,6 +375,10 @@ def match(n_games: int, game: GoGame, black_first, white_first, cfg: SearchConfi
                     for j in mine:
                         legal = np.flatnonzero(positions[j].legal_mask())
                         positions[j] = positions[j].play(int(rng.choice(legal)))
+                    continue
+                if hasattr(player, "move"):  # searches on its own, one position at a time
+                    for j in mine:
+                        positions[j] = positions[j].play(player.move(positions[j]))
                     continue
                 searches = [Search(Node(positions[j]), cfg.readouts) for j in mine]
                 run_searches(searches, player, cfg)
