@@ -4,6 +4,7 @@ learning test on go5."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib.image
@@ -123,7 +124,20 @@ def test_the_pure_mcts_ladder_is_logged_at_each_evaluation(tmp_path: Path):
     assert "selfplay/win_rate_vs_mcts100" not in results
 
 
+def test_the_wall_clock_ends_the_loop_before_a_generation_that_would_overrun(tmp_path: Path):
+    """`scheduler.wall_clock_s`: the loop stops starting generations once another one, timed
+    as the last, would end past the budget (here long before `generations`); with
+    `eval_games=0` nothing is evaluated."""
+    results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=100000",
+                      "steps=100000000", "scheduler.wall_clock_s=3", "scheduler.eval_games=0",
+                      "tracking=none")
+    assert 2 <= results["selfplay/generation"] < 100000
+    assert 2.0 < results["selfplay/wall_s"] < 4.5
+    assert math.isnan(results["selfplay/win_rate_vs_random"])
+
+
 @pytest.mark.parametrize("override, words", [
+    ("scheduler.wall_clock_s=0", ["scheduler.wall_clock_s=0", "null"]),
     ("scheduler.ladder_simulations=[0,100]", ["scheduler.ladder_simulations", "[0, 100]",
                                               ">= 1"]),
     ("scheduler.ladder_simulations=[100,100]", ["scheduler.ladder_simulations", "distinct"]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from omegaconf import MISSING
 
@@ -71,6 +72,8 @@ class SelfPlaySchedulerConfig(SchedulerConfig):
     eval_every: int = MISSING  # generations between evaluations (and the last)
     ladder_games: int = MISSING  # against each pure-MCTS rung, at each evaluation (0: none)
     ladder_simulations: list[int] = MISSING  # the rungs: random-rollout MCTS simulations a move
+    # seconds of the loop's wall clock no generation is started to end after (null: no limit)
+    wall_clock_s: Optional[float] = MISSING
 
     def __post_init__(self) -> None:
         for key in ("games_per_generation", "concurrent_games", "generations", "window",
@@ -84,5 +87,7 @@ class SelfPlaySchedulerConfig(SchedulerConfig):
             require(getattr(self, key) >= 0, f"scheduler.{key}", getattr(self, key),
                     "integers >= 0")
         require(self.trainers >= 1, "scheduler.trainers", self.trainers, "integers >= 1")
+        require(self.wall_clock_s is None or self.wall_clock_s > 0, "scheduler.wall_clock_s",
+                self.wall_clock_s, "null (no limit) or seconds > 0")
         require(0 <= self.gating_win_rate <= 1, "scheduler.gating_win_rate",
                 self.gating_win_rate, "floats in [0, 1]")

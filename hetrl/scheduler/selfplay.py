@@ -21,8 +21,12 @@ gloo, the global batch split evenly) when `trainers` > 1.
    `ladder_games` > 0, against the pure-MCTS ladder: random-rollout MCTS with no network
    (`hetrl.algos.pure_mcts`) at each of `ladder_simulations` simulations a move.
 
-`steps` counts the moves played in self-play; the loop ends after `generations` generations or
-once `steps` moves are played (a generation stops starting games when the budget is spent).
+`steps` counts the moves played in self-play; the loop ends after `generations` generations,
+once `steps` moves are played (a generation stops starting games when the budget is spent),
+or, with `wall_clock_s`, after the generation past which another one (timed as the one just
+played, up to its evaluation) would end after `wall_clock_s` seconds of the loop's wall clock
+(`selfplay/wall_s`: everything the loop does, logging included, summed over resumes); the
+final evaluation runs after that.
 Logged per generation (`selfplay/*`): games/s, positions/s, leaf evaluations/s, mean leaf
 batch, self-play / train / gating / evaluation seconds, losses, win rates (`win_rate_vs_random`,
 `win_rate_vs_gen0`, `win_rate_vs_mcts<S>` for each rung of the ladder); with `trainers` > 1
@@ -77,7 +81,8 @@ class SelfPlayScheduler:
                  concurrent_games: int, generations: int, window: int, train_steps: int,
                  gating_games: int, gating_win_rate: float, eval_games: int,
                  eval_readouts: int, eval_every: int = 1, ladder_games: int = 0,
-                 ladder_simulations: tuple[int, ...] = ()) -> None:
+                 ladder_simulations: tuple[int, ...] = (),
+                 wall_clock_s: float | None = None) -> None:
         self.workers, self.trainers = workers, trainers
         self.games_per_generation = games_per_generation
         self.concurrent_games = concurrent_games
@@ -87,6 +92,7 @@ class SelfPlayScheduler:
         self.eval_games, self.eval_readouts = eval_games, eval_readouts
         self.eval_every = eval_every
         self.ladder_games, self.ladder_simulations = ladder_games, tuple(ladder_simulations)
+        self.wall_clock_s = wall_clock_s
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         learner: AlphaZero = t.learner  # type: ignore[assignment]  # validate() ensures it
@@ -98,6 +104,7 @@ class SelfPlayScheduler:
         gen0 = PolicyValueNet(game.planes, game.n, learner.width, learner.blocks)
         gen0.load_state_dict(sp["generation_0"])
         timer = PhaseTimer(state.phase_s)
+        wall_start, wall_before = time.perf_counter(), sp.get("wall_s", 0.0)  # workers included
         rng = np.random.default_rng(t.seed + 1000 * sp["generation"])
         pool = _WorkerPool(self.workers, game, learner, t.seed) if self.workers > 0 else None
         trainers = None
@@ -108,11 +115,13 @@ class SelfPlayScheduler:
         metrics: dict[str, float] = {}
         learner_metrics: dict[str, Any] = {}
         try:
-            while sp["generation"] < self.generations and state.step < t.steps:
+            while (sp["generation"] < self.generations and state.step < t.steps
+                   and not sp.get("out_of_time")):
                 if t.stop.is_set():
                     t.checkpoint(state)
                     raise Stopped(f"stopped at generation {sp['generation']}")
                 gen = sp["generation"]
+                generation_start = time.perf_counter()
                 stats = SearchStats()
                 budget = t.steps - state.step
                 start = time.perf_counter()
@@ -163,24 +172,28 @@ class SelfPlayScheduler:
                         learner.accept()
                 gating_s = time.perf_counter() - start
                 start = time.perf_counter()
-                last = gen + 1 >= self.generations or state.step >= t.steps
+                now = time.perf_counter()
+                generation_s = now - generation_start  # up to its evaluation
+                sp["out_of_time"] = (self.wall_clock_s is not None and wall_before + now
+                                     - wall_start + generation_s > self.wall_clock_s)
+                last = gen + 1 >= self.generations or state.step >= t.steps or sp["out_of_time"]
+                evaluating = (gen + 1) % self.eval_every == 0 or last
                 with timer("eval"):
-                    if (gen + 1) % self.eval_every == 0 or last:
-                        vs_random = match(self.eval_games, game,
-                                          evaluator(learner.best, game, learner.device), None,
-                                          eval_cfg, rng, self.concurrent_games)
-                        sp["vs_random"] = vs_random
+                    if evaluating and self.eval_games > 0:
+                        sp["vs_random"] = match(self.eval_games, game,
+                                                evaluator(learner.best, game, learner.device),
+                                                None, eval_cfg, rng, self.concurrent_games)
                         sp["vs_gen0"] = match(self.eval_games, game,
                                               evaluator(learner.best, game, learner.device),
                                               evaluator(gen0, game), eval_cfg, rng,
                                               self.concurrent_games)
-                        if self.ladder_games > 0:
-                            sp["vs_mcts"] = {
-                                sims: match(self.ladder_games, game,
-                                            evaluator(learner.best, game, learner.device),
-                                            PureMcts(game, sims, t.seed + gen), eval_cfg, rng,
-                                            self.concurrent_games)
-                                for sims in self.ladder_simulations}
+                    if evaluating and self.ladder_games > 0:
+                        sp["vs_mcts"] = {
+                            sims: match(self.ladder_games, game,
+                                        evaluator(learner.best, game, learner.device),
+                                        PureMcts(game, sims, t.seed + gen), eval_cfg, rng,
+                                        self.concurrent_games)
+                            for sims in self.ladder_simulations}
                     vs_random = sp.get("vs_random", float("nan"))
                 eval_s = time.perf_counter() - start
                 sp["generation"] = gen + 1
@@ -214,6 +227,8 @@ class SelfPlayScheduler:
                 state.history.append((state.step, vs_random))
                 state.history_s.append(state.elapsed_s)
                 state.elapsed_s += selfplay_s + train_s + gating_s + eval_s
+                sp["wall_s"] = wall_before + time.perf_counter() - wall_start
+                metrics["selfplay/wall_s"] = sp["wall_s"]
                 metrics.update(loop_metrics(state, learner, learner_metrics))
                 sp["metrics"] = metrics
                 t.report(state.step, metrics)
