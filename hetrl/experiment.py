@@ -202,6 +202,7 @@ def _train(
         steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
         report=report, checkpoint=save_checkpoint, stop=stop, actors=c.actors,
         make_envs=c.make_envs, seed=cfg.seed, log_text=tracker.log_text,
+        log_artifact=tracker.log_artifact,
         evaluate=evaluate, eval_every=cfg.eval.every,
     )
     try:

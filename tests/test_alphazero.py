@@ -4,15 +4,20 @@ learning test on go5."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import matplotlib.image
 import pytest
 import torch
-from helpers import compose_job, run_job, tracking_uri
+from helpers import build_job, compose_job, run_job, tracking_uri
+from mlflow.tracking import MlflowClient
 
 from hetrl import checkpoint, experiment
-from hetrl.algos.alphazero import augment, symmetry
+from hetrl.algos.alphazero import PolicyValueNet, augment, symmetry
 from hetrl.config.errors import ConfigError
+from hetrl.envs.go import GoGame
+from hetrl.partition.graph import Pass
 from hetrl.validation import validate
 
 TINY = ("steps=64", "algo.width=8", "algo.blocks=1", "algo.search.readouts=8",
@@ -54,6 +59,18 @@ def test_symmetries_move_planes_and_policy_together():
     assert symmetry(planes[:1], 0).equal(planes[:1])
 
 
+def test_the_host_times_every_layer_pass_of_the_training_step():
+    """On platform=host the step's task graph is timed layer by layer (`host/plan_*`): the
+    residual tower's convs, BNs and ReLUs, both heads, their backward passes."""
+    components = build_job("algo=alphazero", "algo.width=8", "algo.blocks=1", plan=True)
+    step = components.step_plan
+    assert step.measured and step.plan.makespan > 0
+    for node, seconds in zip(step.graph.nodes, step.costs.seconds[:, 0]):
+        if node.pass_ is not Pass.update:
+            assert seconds > 0, node.name
+    assert components.learner.net.training  # the timed copy, not the learner, ran
+
+
 def test_a_tiny_job_trains_checkpoints_and_resumes(tmp_path: Path):
     results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=1",
                       "checkpoint_every=1")
@@ -65,6 +82,11 @@ def test_a_tiny_job_trains_checkpoints_and_resumes(tmp_path: Path):
     resumed = experiment.run(cfg, choices, tmp_path / "job0")
     assert resumed["run_id"] == results["run_id"]  # the saved job goes on in its MLflow run
     assert resumed["selfplay/generation"] == 1.0  # the saved config's budget: nothing left
+    client = MlflowClient(tracking_uri(tmp_path))  # the sampled game: SGF, final board PNG
+    artifacts = {a.path for a in client.list_artifacts(results["run_id"], "sgf")}
+    assert artifacts == {"sgf/generation_0000.sgf", "sgf/generation_0000.png"}
+    png = client.download_artifacts(results["run_id"], "sgf/generation_0000.png", str(tmp_path))
+    assert matplotlib.image.imread(png).ndim == 3
     saved = checkpoint.load(tmp_path / "job0")
     loop = saved["loop"].selfplay
     assert loop["generation"] == 1 and len(loop["window"]) == 1
@@ -77,10 +99,55 @@ def test_worker_processes_play_the_games(tmp_path: Path):
     assert results["selfplay/games"] >= 2 and results["updates"] == 2
 
 
-def test_data_parallel_trainers_train_a_generation(tmp_path: Path):
+def test_data_parallel_trainers_train_a_generation_and_time_the_all_reduce(tmp_path: Path):
     results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=1",
                       "scheduler.trainers=2", "tracking=none")
     assert results["updates"] == 2 and results["learner/loss"] > 0
+    net = PolicyValueNet(GoGame(5).planes, 5, 8, 1)  # go5, TINY's width and blocks
+    params = sum(p.numel() for p in net.parameters())
+    assert results["selfplay/allreduce_mb"] == pytest.approx(2 * 4 * params / 1e6)  # 2 updates
+    assert 0 < results["selfplay/allreduce_s"] < results["selfplay/train_s"]
+
+
+def test_one_trainer_logs_no_all_reduce(tmp_path: Path):
+    results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=1",
+                      "tracking=none")
+    assert "selfplay/allreduce_s" not in results and "selfplay/allreduce_mb" not in results
+
+
+def test_the_pure_mcts_ladder_is_logged_at_each_evaluation(tmp_path: Path):
+    results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=1",
+                      "scheduler.ladder_games=2", "scheduler.ladder_simulations=[4,16]",
+                      "tracking=none")
+    for sims in (4, 16):
+        assert 0.0 <= results[f"selfplay/win_rate_vs_mcts{sims}"] <= 1.0
+    assert "selfplay/win_rate_vs_mcts100" not in results
+
+
+def test_the_wall_clock_ends_the_loop_before_a_generation_that_would_overrun(tmp_path: Path):
+    """`scheduler.wall_clock_s`: the loop stops starting generations once another one, timed
+    as the last, would end past the budget (here long before `generations`); with
+    `eval_games=0` nothing is evaluated."""
+    results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=100000",
+                      "steps=100000000", "scheduler.wall_clock_s=3", "scheduler.eval_games=0",
+                      "tracking=none")
+    assert 2 <= results["selfplay/generation"] < 100000
+    assert 2.0 < results["selfplay/wall_s"] < 4.5
+    assert math.isnan(results["selfplay/win_rate_vs_random"])
+
+
+@pytest.mark.parametrize("override, words", [
+    ("scheduler.wall_clock_s=0", ["scheduler.wall_clock_s=0", "null"]),
+    ("scheduler.ladder_simulations=[0,100]", ["scheduler.ladder_simulations", "[0, 100]",
+                                              ">= 1"]),
+    ("scheduler.ladder_simulations=[100,100]", ["scheduler.ladder_simulations", "distinct"]),
+    ("scheduler.ladder_games=-1", ["scheduler.ladder_games=-1", ">= 0"]),
+])
+def test_a_bad_ladder_is_a_config_error(override, words):
+    with pytest.raises(ConfigError) as error:
+        validate(*compose_job("algo=alphazero", override))
+    for word in words:
+        assert word in str(error.value)
 
 
 @pytest.mark.slow

@@ -1,13 +1,14 @@
 """Data-parallel trainers: 2-process DDP gradients over gloo equal one process's on the same
-global batch."""
+global batch, through the communication hook that times the all-reduce; the hook's figures."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
 from hetrl.algos.alphazero import make_learner
-from hetrl.scheduler.dataparallel import ddp_gradients, free_port
+from hetrl.scheduler.dataparallel import ddp_gradients, free_port, union_seconds
 
 KWARGS = {"obs_shape": (12, 5, 5), "num_actions": 26, "width": 8, "blocks": 1, "batch_size": 8,
               "lr_values": [0.01], "lr_boundaries": [], "momentum": 0.9, "l2": 1e-4, "value_weight": 0.5,
@@ -37,8 +38,18 @@ def test_two_rank_ddp_gradients_equal_one_process():
         p.join(timeout=30)
         if p.is_alive():
             p.terminate()
+    params = sum(p.numel() for p in learner.net.parameters())
     for rank in range(2):
-        assert isinstance(got[rank], dict), got[rank]
+        assert isinstance(got[rank], tuple), got[rank]
+        grads, comm = got[rank]
         for name, grad in want.items():
-            torch.testing.assert_close(torch.from_numpy(got[rank][name]), grad, rtol=1e-5,
+            torch.testing.assert_close(torch.from_numpy(grads[name]), grad, rtol=1e-5,
                                        atol=1e-6)
+        assert comm["bytes"] == 4 * params  # every float32 gradient, all-reduced once
+        assert comm["buckets"] >= 1 and comm["seconds"] > 0
+
+
+def test_the_all_reduce_time_counts_overlapping_buckets_once():
+    assert union_seconds([]) == 0.0
+    assert union_seconds([(0.0, 1.0), (0.5, 2.0), (3.0, 3.5)]) == pytest.approx(2.5)
+    assert union_seconds([(1.0, 4.0), (2.0, 3.0)]) == pytest.approx(3.0)

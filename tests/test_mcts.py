@@ -1,5 +1,6 @@
 """MiniGo's MCTS: it finds a one-move capture and a one-move save, and a game's search is
-the same batched with other games as alone."""
+the same batched with other games as alone. The pure-MCTS ladder's players: more simulations
+play stronger."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from hetrl.algos.alphazero import PolicyValueNet, evaluator, play_games
+from hetrl.algos.alphazero import PolicyValueNet, evaluator, match, play_games
 from hetrl.algos.mcts import (
     Node,
     Search,
@@ -16,6 +17,7 @@ from hetrl.algos.mcts import (
     run_searches,
     search_position,
 )
+from hetrl.algos.pure_mcts import PureMcts
 from hetrl.envs.go import GoGame
 
 
@@ -96,3 +98,18 @@ def test_self_play_records_legal_games_with_visit_targets():
         np.testing.assert_allclose(r.pis.sum(axis=1), 1.0, rtol=1e-5)
         assert set(np.unique(r.zs)) <= {-1.0, 1.0} and len(r.zs) == len(r.planes)
     assert stats.leaves > 0 and stats.mean_batch > 1
+
+
+def test_pure_mcts_beats_random_and_the_higher_rung_beats_the_lower(game):
+    """Random-rollout MCTS (OpenSpiel's, no network) on 5x5: 300 simulations a move win
+    >= 90% of 20 games against a uniformly random player and >= 80% against 10 simulations,
+    colours alternating (measured: 95-100% and 100% over three seeds)."""
+    rng = np.random.default_rng(0)
+    assert match(20, game, PureMcts(game, 300, 0), None, SearchConfig(), rng) >= 0.9
+    assert match(20, game, PureMcts(game, 300, 1), PureMcts(game, 10, 2), SearchConfig(),
+                 rng) >= 0.8
+
+
+def test_pure_mcts_finds_a_one_move_capture(game):
+    pos = moves(game, "b3 c3 b4 c4 d3 a1 d4 e1 c2 a5")  # white c3-c4 has one liberty: c5
+    assert game.coord(PureMcts(game, 1000, 0).move(pos)) == "c5"

@@ -106,10 +106,17 @@ def test_mixed_runs_each_layer_in_the_dtype_of_its_device():
     assert (learner.scaler is not None) == (torch.float16 in seen.values())
 
 
-@pytest.mark.parametrize("job", [("algo=dqn", "algo.hidden=[64,64]", "algo.batch_size=64"),
-                                 ("algo=ddpg", "env=lunarlander_continuous", "algo.batch_size=1024")])
+VERSAL = ("platform=versal", "precision=mixed")
+
+
+@pytest.mark.parametrize("job", [
+    ("algo=dqn", "algo.hidden=[64,64]", "algo.batch_size=64", *VERSAL),
+    ("algo=ddpg", "env=lunarlander_continuous", "algo.batch_size=1024", *VERSAL),
+    ("algo=alphazero", "env=go9", "platform=cpu_dsp"),
+    ("algo=alphazero", "env=go9", "algo.width=64", "algo.blocks=9", "platform=cpu_dsp"),
+])
 def test_the_ilp_beats_or_ties_every_single_device_plan(job):
-    *_, step = _planned(*job, "platform=versal", "precision=mixed")
+    *_, step = _planned(*job)
     costs = step.costs
     best = step.plan.objective  # the ILP's bound, ≤ the objective of any assignment
     assert best <= objective(costs, step.plan.assignment) * (1 + 1e-6)
@@ -157,3 +164,37 @@ def test_mixed_precision_on_a_host_with_no_plan_fails_and_names_what_to_choose(t
     with pytest.raises(ConfigError, match=match):
         run_job(tmp_path, *job, "precision=mixed", *TINY)
     assert not (tmp_path / "mlflow.db").exists()  # rejected before a run (or store) is made
+
+
+def test_alphazero_plans_its_training_step_on_the_cpu_dsp_node(tmp_path, client):
+    """MiniGo's node (C.2): the AlphaZero step on 9x9 (width 32, 2 blocks, batch 64) puts
+    every conv3x3 of the residual tower, forward and backward, on the DSP cluster; its 2 ms
+    launch keeps BN, ReLU, the 1x1 head convs and the small FCs on the ARM CPU (shared
+    memory: switching costs nothing). The ILP's plan beats the CPU alone and the DSP alone."""
+    _, _, _, step = _planned("algo=alphazero", "env=go9", "platform=cpu_dsp")
+    graph, plan = step.graph, step.plan
+    assert plan.status.startswith("Optimal")
+    device = {node.name: plan.devices[k] for node, k in zip(graph.nodes, plan.assignment)}
+    tower = [n.name for n in graph.nodes
+             if n.kind is Kind.matmul and ".conv" in n.name and n.pass_ is not Pass.update]
+    assert len(tower) == 2 * 2 * 2  # 2 blocks x 2 convs x (forward, backward)
+    assert {device[name] for name in tower} == {"dsp"}
+    norms = [n.name for n in graph.nodes if ".bn" in n.name or ".relu" in n.name]
+    assert {device[name] for name in norms} == {"cpu"}
+    assert set(step.baselines) == {"cpu_only", "dsp_only"}
+    for baseline in step.baselines.values():
+        assert plan.makespan <= baseline.makespan * (1 + 1e-9)
+    assert plan.makespan < 0.7 * step.baselines["cpu_only"].makespan
+
+    result = run_job(tmp_path, "algo=alphazero", "env=go9", "platform=cpu_dsp",
+                     "algo.width=8", "algo.blocks=1", "algo.search.readouts=4",
+                     "algo.search.fast_readouts=2", "scheduler.games_per_generation=2",
+                     "scheduler.concurrent_games=2", "scheduler.generations=1",
+                     "scheduler.train_steps=2", "scheduler.eval_games=2",
+                     "scheduler.eval_readouts=2", "steps=40")
+    (run,) = mlflow_runs(tmp_path)
+    metrics = run.data.metrics
+    assert result["updates"] == 2 and metrics["eps_platform"] > 0
+    assert {"speedup_vs_cpu_only", "speedup_vs_dsp_only", "platform/nodes_cpu"} <= set(metrics)
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"plan.json", "plan_gantt.png"} <= artifacts

@@ -8,9 +8,11 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from helpers import build_job
 from torch import nn
 
+from hetrl.algos.alphazero import AlphaZero
 from hetrl.algos.networks import Actor, QCritic, frozen_copy, mlp, nature_cnn
 from hetrl.partition.builder import mlp_input_shape
 from hetrl.partition.flops import PAPER_KINDS, kind_of, per_sample_flops
@@ -44,6 +46,15 @@ def ddpg(obs_dim: int, act_dim: int, twin: bool = False) -> Callable[[int], Task
             critics[name] = (critic, frozen_copy(critic))
         return actor_critic_step_graph(batch, (obs_dim,), actor, frozen_copy(actor), critics)
     return build
+
+
+def alphazero(batch: int, width: int = 16, blocks: int = 2, n: int = 5) -> TaskGraph:
+    """The step graph of an AlphaZero learner on an n x n board (env=go*'s 12 planes)."""
+    return AlphaZero(obs_space=gym.spaces.Box(0.0, 1.0, (12, n, n), np.float32),
+                     act_space=gym.spaces.Discrete(n * n + 1), device=torch.device("cpu"),
+                     width=width, blocks=blocks, batch_size=batch, lr_values=[0.01],
+                     lr_boundaries=[], momentum=0.9, l2=1e-4, value_weight=0.5,
+                     search={}).task_graph(batch)
 
 
 def paper_nodes(graph: TaskGraph) -> list:
@@ -80,7 +91,7 @@ def test_mlp_rows_are_within_30_percent_of_table_iii(build, paper):
     assert per_sample_flops(build(BATCH), BATCH, PAPER_KINDS) == pytest.approx(paper, rel=0.30)
 
 
-GRAPHS = {"breakout": breakout, "cartpole": cartpole,
+GRAPHS = {"alphazero": alphazero, "breakout": breakout, "cartpole": cartpole,
           "double-dqn": lambda b: cartpole(b, double_dqn=True),
           "ddpg": ddpg(8, 2), "td3": ddpg(3, 1, twin=True)}
 
@@ -145,7 +156,50 @@ def test_double_dqn_runs_the_online_network_on_next_obs_too():
 
 
 def test_layers_without_a_flop_rule_and_conv_inputs_are_named():
-    with pytest.raises(TypeError, match="BatchNorm1d.*supported: Linear"):
-        kind_of(nn.BatchNorm1d(4))
+    with pytest.raises(TypeError, match="LayerNorm.*supported: Linear"):
+        kind_of(nn.LayerNorm(4))
     with pytest.raises(ValueError, match="Conv2d.*obs_shape"):
         mlp_input_shape(nature_cnn(4))
+
+
+def test_the_alphazero_step_follows_the_residual_tower_and_both_heads():
+    width, n = 16, 5
+    graph = alphazero(BATCH, width=width, n=n)
+    names = {node.name: i for i, node in enumerate(graph.nodes)}
+    into = {i: {graph.nodes[e.src].name for e in graph.edges if e.dst == i}
+            for i in range(len(graph.nodes))}
+    # conv3x3: 2 k^2 Cin Cout H W per sample, forward; weight and input gradients backward
+    conv = graph.nodes[names["net/trunk.1.conv2.forward"]]
+    assert conv.flops == 2 * 3 * 3 * width * width * n * n * BATCH
+    assert graph.nodes[names["net/trunk.1.conv2.backward"]].flops == 2 * conv.flops
+    assert graph.nodes[names["net/stem.0.backward"]].flops == (  # no input gradient
+        graph.nodes[names["net/stem.0.forward"]].flops)
+    # the skips: a block's input also feeds its last ReLU, and gets its gradient back
+    assert into[names["net/trunk.0.relu2.forward"]] == {"net/trunk.0.bn2.forward",
+                                                         "net/stem.2.forward"}
+    assert into[names["net/trunk.1.relu2.forward"]] >= {"net/trunk.0.relu2.forward"}
+    assert {"net/trunk.0.conv1.backward", "net/trunk.0.relu2.backward"} <= into[
+        names["net/stem.2.backward"]]
+    # both heads read the tower, and the tower's backward starts from both
+    for head in ("policy", "value"):
+        assert "net/trunk.1.relu2.forward" in into[names[f"net/{head}_conv.0.forward"]]
+        assert "loss" in into[names[f"net/{head}_fc.backward" if head == "policy"
+                                    else "net/value_fc.3.backward"]]
+    assert {"net/policy_conv.0.backward", "net/value_conv.0.backward"} <= into[
+        names["net/trunk.1.relu2.backward"]]
+    # an SGD-with-momentum update for each layer with parameters: BN's scale and shift too
+    updates = [node for node in graph.nodes if node.pass_ is Pass.update]
+    assert len(updates) == 2 + 4 * 2 + 2 + 1 + 2 + 2
+    bn = graph.nodes[names["net/trunk.0.bn1.update"]]
+    assert (bn.flops, bn.bytes_in) == (4 * 2 * width, 2 * 2 * width * 4)
+
+
+def test_planning_an_alphazero_step_leaves_its_batch_norm_statistics_alone():
+    learner = AlphaZero(obs_space=gym.spaces.Box(0.0, 1.0, (12, 5, 5), np.float32),
+                        act_space=gym.spaces.Discrete(26), device=torch.device("cpu"),
+                        width=8, blocks=1, batch_size=8, lr_values=[0.01], lr_boundaries=[],
+                        momentum=0.9, l2=1e-4, value_weight=0.5, search={})
+    before = {k: v.clone() for k, v in learner.net.state_dict().items()}
+    learner.task_graph(8)
+    assert learner.net.training
+    assert all(v.equal(before[k]) for k, v in learner.net.state_dict().items())

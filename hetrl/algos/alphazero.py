@@ -38,19 +38,26 @@ from hetrl.algos.mcts import (
 )
 from hetrl.config.enums import ActionSpace, Agents
 from hetrl.envs.go import GoGame, GoPosition
+from hetrl.partition.graph import TaskGraph
+from hetrl.partition.steps import policy_value_step_graph
 
 
 class ResidualBlock(nn.Module):
+    """conv3×3 → BN → ReLU → conv3×3 → BN, plus the block's input, → ReLU. The ReLUs are
+    modules so that the step's task graph and the host's per-layer timing see them."""
+
     def __init__(self, width: int) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(width, width, 3, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(width)
+        self.relu1 = nn.ReLU()
         self.conv2 = nn.Conv2d(width, width, 3, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(width)
+        self.relu2 = nn.ReLU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.relu(self.bn1(self.conv1(x)))
-        return F.relu(x + self.bn2(self.conv2(y)))
+        y = self.relu1(self.bn1(self.conv1(x)))
+        return self.relu2(x + self.bn2(self.conv2(y)))
 
 
 class PolicyValueNet(nn.Module):
@@ -129,6 +136,23 @@ class AlphaZero(Learner):
         self.optimizer = torch.optim.SGD(self.net.parameters(), lr=lr_values[0],
                                          momentum=momentum)
         self.generation = 0  # of `best`
+
+    def task_graph(self, batch_size: int) -> TaskGraph:
+        """One `update` as a task graph: the residual tower and both heads forward, the loss,
+        backward through the heads and the tower, and a momentum-SGD step per layer."""
+        return policy_value_step_graph(self.net, batch_size, (self.planes, self.board_size,
+                                                              self.board_size))
+
+    def random_batch(self, n: int, rng: np.random.Generator,
+                     device: torch.device) -> tuple[torch.Tensor, ...]:
+        """A batch of the kind `update` takes, drawn from `rng` (for timing the step: only
+        its shapes and dtypes matter): 0/1 planes, visit distributions, results ±1."""
+        planes = rng.integers(0, 2, size=(n, self.planes, self.board_size, self.board_size),
+                              dtype=np.uint8)
+        num_actions = self.board_size * self.board_size + 1
+        pis = rng.dirichlet(np.ones(num_actions), size=n).astype(np.float32)
+        zs = rng.choice(np.array([-1.0, 1.0], np.float32), size=n)
+        return tuple(torch.from_numpy(a).to(device) for a in (planes, pis, zs))
 
     def lr_at(self, update: int) -> float:
         return self.lr_values[bisect.bisect_right(self.lr_boundaries, update)]
@@ -217,6 +241,12 @@ class GameRecord:
     score: float | None = None  # Tromp-Taylor, black minus white (None if resigned)
 
 
+def result(record: GameRecord) -> str:
+    """The game's result as SGF writes it: "B+R" (white resigned), "W+3.5" (by area)."""
+    colour = "B" if record.winner == 1 else "W"
+    return f"{colour}+R" if record.resigned else f"{colour}+{abs(record.score or 0):g}"
+
+
 def to_sgf(record: GameRecord, game: GoGame, name: str = "hetrl") -> str:
     """The game as SGF (FF[4]; any Go viewer opens it): Tromp-Taylor rules, komi, result."""
     def point(action: int) -> str:
@@ -225,10 +255,8 @@ def to_sgf(record: GameRecord, game: GoGame, name: str = "hetrl") -> str:
         row, col = divmod(action, game.n)
         return "abcdefghijklmnopqrs"[col] + "abcdefghijklmnopqrs"[game.n - 1 - row]  # top row "a"
 
-    colour = "B" if record.winner == 1 else "W"
-    result = f"{colour}+R" if record.resigned else f"{colour}+{abs(record.score or 0):g}"
     head = (f"(;GM[1]FF[4]CA[UTF-8]AP[hetrl]SZ[{game.n}]KM[{game.komi:g}]RU[Tromp-Taylor]"
-            f"PB[{name}]PW[{name}]RE[{result}]")
+            f"PB[{name}]PW[{name}]RE[{result(record)}]")
     moves = "".join(f";{'BW'[i % 2]}[{point(a)}]" for i, a in enumerate(record.moves))
     return head + moves + ")\n"
 
@@ -324,7 +352,8 @@ def match(n_games: int, game: GoGame, black_first, white_first, cfg: SearchConfi
     """Win rate of player A over `n_games` with colours alternating. A player is an
     evaluator (searched with `cfg.readouts`, no noise; the first `cfg.softpicks` moves of a
     game drawn from the visits, as in self-play, so that two searches do not play one game
-    over and over; then greedy) or None (uniform random)."""
+    over and over; then greedy), a player with a `move(position)` (`PureMcts`: a pure
+    random-rollout MCTS), or None (uniform random)."""
     a, b = black_first, white_first
     wins = 0
     softpicks = cfg.softpicks(game)
@@ -346,6 +375,10 @@ def match(n_games: int, game: GoGame, black_first, white_first, cfg: SearchConfi
                     for j in mine:
                         legal = np.flatnonzero(positions[j].legal_mask())
                         positions[j] = positions[j].play(int(rng.choice(legal)))
+                    continue
+                if hasattr(player, "move"):  # searches on its own, one position at a time
+                    for j in mine:
+                        positions[j] = positions[j].play(player.move(positions[j]))
                     continue
                 searches = [Search(Node(positions[j]), cfg.readouts) for j in mine]
                 run_searches(searches, player, cfg)

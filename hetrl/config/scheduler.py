@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from omegaconf import MISSING
 
@@ -69,15 +70,24 @@ class SelfPlaySchedulerConfig(SchedulerConfig):
     eval_games: int = MISSING  # against a uniformly random player
     eval_readouts: int = MISSING  # readouts per move in gating and evaluation
     eval_every: int = MISSING  # generations between evaluations (and the last)
+    ladder_games: int = MISSING  # against each pure-MCTS rung, at each evaluation (0: none)
+    ladder_simulations: list[int] = MISSING  # the rungs: random-rollout MCTS simulations a move
+    # seconds of the loop's wall clock no generation is started to end after (null: no limit)
+    wall_clock_s: Optional[float] = MISSING
 
     def __post_init__(self) -> None:
         for key in ("games_per_generation", "concurrent_games", "generations", "window",
                     "train_steps", "eval_readouts", "eval_every"):
             require(getattr(self, key) >= 1, f"scheduler.{key}", getattr(self, key),
                     "integers >= 1")
-        for key in ("workers", "gating_games", "eval_games"):
+        sims = list(self.ladder_simulations)
+        require(all(s >= 1 for s in sims) and len(set(sims)) == len(sims),
+                "scheduler.ladder_simulations", sims, "lists of distinct integers >= 1")
+        for key in ("workers", "gating_games", "eval_games", "ladder_games"):
             require(getattr(self, key) >= 0, f"scheduler.{key}", getattr(self, key),
                     "integers >= 0")
         require(self.trainers >= 1, "scheduler.trainers", self.trainers, "integers >= 1")
+        require(self.wall_clock_s is None or self.wall_clock_s > 0, "scheduler.wall_clock_s",
+                self.wall_clock_s, "null (no limit) or seconds > 0")
         require(0 <= self.gating_win_rate <= 1, "scheduler.gating_win_rate",
                 self.gating_win_rate, "floats in [0, 1]")

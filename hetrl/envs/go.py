@@ -133,18 +133,7 @@ class GoPosition:
 
     def score(self) -> float:
         """Tromp-Taylor area score, black minus white, komi included."""
-        board = self.board
-        black, white = int((board == BLACK).sum()), int((board == WHITE).sum())
-        regions, count = ndimage.label(board == 0, _NEIGHBOURS)
-        for region in range(1, count + 1):
-            mask = regions == region
-            border = ndimage.binary_dilation(mask, _NEIGHBOURS) & ~mask
-            colours = set(board[border].tolist())
-            if colours == {BLACK}:
-                black += int(mask.sum())
-            elif colours == {WHITE}:
-                white += int(mask.sum())
-        return black - white - self.game.komi
+        return float(area_owner(self.board).sum()) - self.game.komi
 
     def play(self, action: int) -> GoPosition:
         """The position after `action` (legal by OpenSpiel's rules; a superko repeat gives a
@@ -179,6 +168,20 @@ class GoPosition:
                 if self.play(int(action)).superko:
                     mask[action] = False
         return mask
+
+
+def area_owner(board: np.ndarray) -> np.ndarray:
+    """Whose each point is under Tromp-Taylor area scoring: a stone its colour's, an empty
+    region the colour it alone reaches (+1 black, -1 white; 0 where it reaches both or none)."""
+    owner = board.astype(np.int8).copy()
+    regions, count = ndimage.label(board == 0, _NEIGHBOURS)
+    for region in range(1, count + 1):
+        mask = regions == region
+        border = ndimage.binary_dilation(mask, _NEIGHBOURS) & ~mask
+        colours = set(board[border].tolist())
+        if len(colours) == 1:
+            owner[mask] = colours.pop()
+    return owner
 
 
 def liberty_counts(board: np.ndarray) -> np.ndarray:

@@ -7,9 +7,13 @@ Convention, per sample (MAC = multiply-accumulates of the layer's weights):
   except for a network's first weight layer, whose input gradient nobody needs (unless the
   gradient flows on into another network, as DDPG's critic passes it to the actor);
 - activation (ReLU, Tanh; Kind.elementwise): one FLOP per element, forward and backward;
+- batch normalization (BatchNorm1d/2d in training mode; Kind.elementwise, with a weight
+  update for its scale and shift): NORM_FORWARD_FLOPS_PER_ELEMENT forward (the batch's mean
+  and variance, normalize, scale and shift), NORM_BACKWARD_FLOPS_PER_ELEMENT backward (the
+  scale and shift gradients, and the input gradient through the batch statistics);
 - loss (Kind.loss): LOSS_FLOPS_PER_ELEMENT per predicted element;
-- optimizer update (Kind.optimizer): ADAM_FLOPS_PER_PARAM per parameter, once per step,
-  whatever the batch size.
+- optimizer update (Kind.optimizer): the optimizer's FLOPs per parameter (`ADAM`: 12;
+  `SGD_MOMENTUM`: 4), once per step, whatever the batch size.
 
 The paper's Table III / Fig. 8 count only the weight-layer passes: its graph has no activation,
 loss or update nodes. `PAPER_KINDS` reproduces that count (DQN-Breakout: 15 nodes, 68.27 M per
@@ -29,9 +33,28 @@ from hetrl.partition.graph import Kind, TaskGraph
 
 WEIGHT_LAYERS = (nn.Linear, nn.Conv2d)
 ACTIVATIONS = (nn.ReLU, nn.Tanh)
+NORMS = (nn.BatchNorm1d, nn.BatchNorm2d)
 VIEWS = (nn.Flatten, nn.Identity, ScaleImage)  # reshape or input scaling: no node (as the paper)
 LOSS_FLOPS_PER_ELEMENT = 3  # difference, square (or Huber branch), reduction
-ADAM_FLOPS_PER_PARAM = 12  # two moment updates, sqrt, eps, divide, scaled step
+# mean and variance (a sum, a square and a sum), normalize (subtract, multiply by the inverse
+# standard deviation), scale and shift (multiply, add)
+NORM_FORWARD_FLOPS_PER_ELEMENT = 7
+# shift and scale gradients (a sum; a multiply and a sum), the input gradient (the two batch
+# reductions it needs, and five element-wise terms)
+NORM_BACKWARD_FLOPS_PER_ELEMENT = 10
+
+
+@dataclass(frozen=True)
+class OptimizerCost:
+    """What one optimizer step does per parameter: FLOPs, and the state tensors of the
+    parameter's size it reads and writes besides the parameter and its gradient."""
+
+    flops_per_param: int
+    moments: int
+
+
+ADAM = OptimizerCost(12, 2)  # two moment updates, sqrt, eps, divide, scaled step
+SGD_MOMENTUM = OptimizerCost(4, 1)  # buf = momentum * buf + grad; param -= lr * buf
 PAPER_KINDS = frozenset({Kind.matmul})
 
 
@@ -39,11 +62,11 @@ def kind_of(module: nn.Module) -> Kind | None:
     """The node kind of a leaf module; None for pure reshapes, which get no node."""
     if isinstance(module, WEIGHT_LAYERS):
         return Kind.matmul
-    if isinstance(module, ACTIVATIONS):
+    if isinstance(module, (*ACTIVATIONS, *NORMS)):
         return Kind.elementwise
     if isinstance(module, VIEWS):
         return None
-    supported = ", ".join(t.__name__ for t in (*WEIGHT_LAYERS, *ACTIVATIONS, *VIEWS))
+    supported = ", ".join(t.__name__ for t in (*WEIGHT_LAYERS, *ACTIVATIONS, *NORMS, *VIEWS))
     raise TypeError(f"no FLOP rule for layer {type(module).__name__}; supported: {supported}")
 
 
@@ -76,15 +99,19 @@ class Layer:
     def forward_flops(self) -> int:
         if self.kind is Kind.matmul:
             return 2 * self.macs + self._bias_adds()
+        if isinstance(self.module, NORMS):
+            return NORM_FORWARD_FLOPS_PER_ELEMENT * self.out_numel
         return self.out_numel
 
     def backward_flops(self, input_grad: bool) -> int:
         if self.kind is Kind.matmul:
             return 2 * self.macs + self._bias_adds() + (2 * self.macs if input_grad else 0)
+        if isinstance(self.module, NORMS):
+            return NORM_BACKWARD_FLOPS_PER_ELEMENT * self.out_numel
         return self.out_numel
 
-    def update_flops(self) -> int:
-        return ADAM_FLOPS_PER_PARAM * self.params
+    def update_flops(self, optimizer: OptimizerCost = ADAM) -> int:
+        return optimizer.flops_per_param * self.params
 
 
 def total_flops(graph: TaskGraph, kinds: Collection[Kind] = tuple(Kind)) -> float:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from torch import nn
 
 from hetrl.partition.builder import StepGraph
+from hetrl.partition.flops import SGD_MOMENTUM
 from hetrl.partition.graph import TaskGraph
 
 
@@ -75,5 +76,42 @@ def policy_gradient_step_graph(batch_size: int, obs_shape: tuple[int, ...], acto
     loss = step.loss("loss", policy, value)
     for fwd in (policy, value):
         step.backward(fwd, loss)
+        step.update(fwd)
+    return step.graph
+
+
+def policy_value_step_graph(net: nn.Module, batch_size: int,
+                            obs_shape: tuple[int, ...], network: str = "net") -> TaskGraph:
+    """AlphaZero's step (MiniGo's MLPerf loss, momentum SGD) on a residual policy/value
+    network (`hetrl.algos.alphazero.PolicyValueNet`: `stem`, the residual blocks of `trunk`,
+    `policy_conv` → `policy_fc` and `value_conv` → `value_fc`), which is not one chain: each
+    block adds its input back before its last ReLU (a skip edge), and both heads read the
+    tower's output, so the tower's backward starts from both heads' input gradients.
+
+    Forward: stem, the blocks, each head (its conv, then its FC on the flattened output);
+    the loss reads both heads (policy cross-entropy, value MSE; the L2 term is not a node);
+    backward: each head, then the blocks from the last, then the stem (no input gradient);
+    an SGD-with-momentum update for every layer with parameters (convs, BN scale and shift,
+    FCs). The random board symmetry of each row is not a node."""
+    step = StepGraph(batch_size, optimizer=SGD_MOMENTUM)
+    stem = step.forward(network, net.stem, obs_shape, path="stem")
+    x, blocks = stem, []
+    for k, block in enumerate(net.trunk):
+        out = step.forward(network, block, x, path=f"trunk.{k}")
+        step.residual(x, out)
+        blocks.append(out)
+        x = out
+    heads = []
+    for head in ("policy", "value"):
+        conv = step.forward(network, getattr(net, f"{head}_conv"), x, path=f"{head}_conv")
+        fc = step.forward(network, getattr(net, f"{head}_fc"), conv.flat(), path=f"{head}_fc")
+        heads.append((conv, fc))
+    loss = step.loss("loss", *(fc for _, fc in heads))
+    grads = tuple(step.backward(conv, step.backward(fc, loss, input_grad=True), input_grad=True)
+                  for conv, fc in heads)
+    for block in reversed(blocks):
+        grads = (step.backward(block, grads, input_grad=True),)
+    step.backward(stem, grads)
+    for fwd in (stem, *blocks, *(part for head in heads for part in head)):
         step.update(fwd)
     return step.graph

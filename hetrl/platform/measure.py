@@ -100,10 +100,12 @@ def compare_updates(learners: dict[str, Learner], contexts: dict[str, Any],
 
 
 def random_batch(learner: Learner, obs_space: gym.Space, act_space: gym.Space, n: int,
-                 device: torch.device) -> Batch | RolloutBatch:
+                 device: torch.device) -> Batch | RolloutBatch | tuple[torch.Tensor, ...]:
     """A batch of the kind `learner.update` takes, from a generator of its own (no global
     RNG is touched): only its shapes and dtypes matter for timing."""
     rng = np.random.default_rng(0)
+    if hasattr(learner, "random_batch"):  # a batch of its own kind (AlphaZero's positions)
+        return learner.random_batch(n, rng, device)
 
     def draw(space: gym.Space) -> torch.Tensor:
         if isinstance(space, gym.spaces.Discrete):

@@ -37,7 +37,11 @@ def _cast_inputs_to_float32(module: nn.Module, args: tuple) -> tuple:
     return tuple(a.float() if torch.is_tensor(a) else a for a in args)
 
 
-def _output_to_float32(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+def _output_to_float32(module: nn.Module, args: tuple,
+                       output: torch.Tensor | tuple) -> torch.Tensor | tuple:
+    """The network's output in float32 (each of several, as a policy/value network's)."""
+    if isinstance(output, tuple):
+        return tuple(o.float() if torch.is_tensor(o) else o for o in output)
     return output.float()
 
 

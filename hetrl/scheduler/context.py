@@ -6,6 +6,7 @@ import math
 import signal
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from time import perf_counter
 from typing import Callable
 
@@ -45,6 +46,8 @@ class Training:
     make_envs: Callable[[], gym.vector.VectorEnv] | None = None  # more envs like `envs`
     seed: int = 0
     log_text: Callable[[str, str], None] | None = None  # (text, artifact name): the tracker's
+    # (file, artifact folder or None): the tracker's; the file is copied, the caller keeps it
+    log_artifact: Callable[[Path, str | None], None] | None = None
     evaluate: Callable[[], dict[str, float]] | None = None  # deterministic evaluation, if on
     eval_every: int = 0  # env steps between evaluations (and one at the end)
 

@@ -5,11 +5,21 @@ Rank 0 is the loop's own process (its learner's `net`); ranks 1..k−1 are proce
 their own copy of the window (each new generation's positions are sent to them once) and of
 the learner. Each rank draws `batch_size / k` positions a step, so the global batch stays
 `batch_size`; DDP averages the gradients, and every rank's optimizer takes the same step.
+
+The all-reduce is timed where it happens: every rank's DDP runs its gradient buckets through
+`AllReduceTimer.hook`, a communication hook that all-reduces each bucket exactly as DDP's
+default does (`allreduce_hook`) and records, on rank 0, when the bucket was handed to gloo
+and when its future completed. A generation's all-reduce time is the length of the union of
+those intervals (buckets in flight together count once): the seconds during which rank 0 had
+gradients on the wire, waiting for the slowest rank included, overlapped with the backward
+pass or not. DDP's broadcast of the BN statistics before each forward is not in it.
 """
 
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +27,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from hetrl.algos.alphazero import AlphaZero, make_learner
@@ -31,6 +42,64 @@ def free_port() -> int:
 def init_group(rank: int, world: int, port: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=timedelta(minutes=10))
+
+
+def union_seconds(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of (start, end) intervals."""
+    total, reach = 0.0, -np.inf
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+class AllReduceTimer:
+    """DDP's default gradient all-reduce (`allreduce_hook`: each bucket divided by the world
+    size and summed over the ranks), with the time each bucket's all-reduce was in flight
+    and the bytes it moved recorded. Register `hook` (`ddp.register_comm_hook(None,
+    timer.hook)`); `take()` returns and clears what was recorded."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # completion callbacks run on gloo's threads
+        self._intervals: list[tuple[float, float]] = []
+        self._bytes = 0
+        self._buckets = 0
+
+    def hook(self, state, bucket):  # noqa: ANN001, ANN201  (DDP checks the annotations as
+        # objects: under `from __future__ import annotations` they would be strings)
+        """(the process group, a dist.GradBucket) -> a Future of the averaged bucket."""
+        buffer = bucket.buffer()
+        nbytes = buffer.numel() * buffer.element_size()
+        start = time.perf_counter()
+
+        def done(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+            end = time.perf_counter()
+            with self._lock:
+                self._intervals.append((start, end))
+                self._bytes += nbytes
+                self._buckets += 1
+            return fut.value()
+
+        return allreduce_hook(state, bucket).then(done)
+
+    def take(self) -> dict[str, float]:
+        """Seconds with an all-reduce in flight (the union of the buckets' intervals), bytes
+        all-reduced and buckets, since the last `take`."""
+        with self._lock:
+            intervals, nbytes, buckets = self._intervals, self._bytes, self._buckets
+            self._intervals, self._bytes, self._buckets = [], 0, 0
+        return {"seconds": union_seconds(intervals), "bytes": float(nbytes),
+                "buckets": float(buckets)}
+
+
+def data_parallel(net: torch.nn.Module) -> tuple[DDP, AllReduceTimer]:
+    """`net` wrapped in DDP (rank 0's weights broadcast to every rank), its gradient
+    all-reduce timed."""
+    ddp = DDP(net)
+    timer = AllReduceTimer()
+    ddp.register_comm_hook(None, timer.hook)
+    return ddp, timer
 
 
 def sample(window: list, rows: int, rng: np.random.Generator) -> tuple[torch.Tensor, ...]:
@@ -61,7 +130,8 @@ class DataParallelTrainers:
         for p in self.procs:
             p.start()
         init_group(0, k, port)
-        self.ddp = DDP(learner.net)  # broadcasts rank 0's weights to every rank
+        self.ddp, self.allreduce = data_parallel(learner.net)
+        self.comm: dict[str, float] = {}  # the last train's all-reduce (`AllReduceTimer.take`)
 
     def add_generation(self, entry: tuple, window: int) -> None:
         for q in self.inbox:
@@ -81,6 +151,7 @@ class DataParallelTrainers:
             kind, payload = self.outbox.get(timeout=600)
             if kind != "done":
                 raise RuntimeError(f"trainer rank failed:\n{payload}")
+        self.comm = self.allreduce.take()
         return out
 
     def close(self) -> None:
@@ -103,7 +174,7 @@ def _rank_main(rank: int, world: int, port: int, kwargs: dict, optimizer: dict, 
         learner = make_learner(**kwargs)
         learner.optimizer.load_state_dict(optimizer)
         init_group(rank, world, port)
-        ddp = DDP(learner.net)
+        ddp, timer = data_parallel(learner.net)  # the same hook on every rank
         window: list = []
         rng = np.random.default_rng([seed, rank])
         rows = max(1, learner.batch_size // world)
@@ -116,6 +187,7 @@ def _rank_main(rank: int, world: int, port: int, kwargs: dict, optimizer: dict, 
             learner.updates = updates  # the same learning rate as rank 0
             for _ in range(steps):
                 learner.update(sample(window, rows, rng), model=ddp)
+            timer.take()  # rank 0's figures are the ones logged
             outbox.put(("done", rank))
         dist.destroy_process_group()
     except Exception:  # noqa: BLE001  (reported to the loop)
@@ -124,19 +196,22 @@ def _rank_main(rank: int, world: int, port: int, kwargs: dict, optimizer: dict, 
 
 def ddp_gradients(rank: int, world: int, port: int, kwargs: dict, state: dict,
                   batch: tuple, out: Any) -> None:
-    """One rank's gradients after DDP's all-reduce, on its shard of `batch` (numpy arrays, rows split
-    evenly, no augmentation, BN on running statistics): for the data-parallel test."""
+    """One rank's gradients after DDP's all-reduce as the trainers run it (timed by
+    `AllReduceTimer`), on its shard of `batch` (numpy arrays, rows split evenly, no
+    augmentation, BN on running statistics), and what the timer recorded: for the
+    data-parallel test."""
     torch.set_num_threads(1)
     try:
         learner = make_learner(**kwargs)
         learner.net.load_state_dict(state)
         init_group(rank, world, port)
-        ddp = DDP(learner.net)
+        ddp, timer = data_parallel(learner.net)
         shard = tuple(torch.from_numpy(np.array_split(a, world)[rank]) for a in batch)
         loss, _ = learner.losses(shard, ddp, augmented=False, train=False)
         loss.backward()
         # numpy, not tensors: a tensor in a queue is shared through the sender, gone by then
-        out.put((rank, {n: p.grad.numpy().copy() for n, p in learner.net.named_parameters()}))
+        grads = {n: p.grad.numpy().copy() for n, p in learner.net.named_parameters()}
+        out.put((rank, (grads, timer.take())))
         dist.destroy_process_group()
     except Exception:  # noqa: BLE001  (reported to the loop)
         import traceback

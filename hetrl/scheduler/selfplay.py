@@ -17,13 +17,24 @@ gloo, the global batch split evenly) when `trainers` > 1.
    0.49; `gating_games: 0` accepts every generation).
 4. **Evaluate** `best` against a uniformly random player and against generation 0 (the
    untrained network) over `eval_games` games each, every `eval_every` generations, at
-   `eval_readouts` (equal readouts for both sides; no noise, greedy).
+   `eval_readouts` (equal readouts for both sides; no noise, greedy); and, with
+   `ladder_games` > 0, against the pure-MCTS ladder: random-rollout MCTS with no network
+   (`hetrl.algos.pure_mcts`) at each of `ladder_simulations` simulations a move.
 
-`steps` counts the moves played in self-play; the loop ends after `generations` generations or
-once `steps` moves are played (a generation stops starting games when the budget is spent).
+`steps` counts the moves played in self-play; the loop ends after `generations` generations,
+once `steps` moves are played (a generation stops starting games when the budget is spent),
+or, with `wall_clock_s`, after the generation past which another one (timed as the one just
+played, up to its evaluation) would end after `wall_clock_s` seconds of the loop's wall clock
+(`selfplay/wall_s`: everything the loop does, logging included, summed over resumes); the
+final evaluation runs after that.
 Logged per generation (`selfplay/*`): games/s, positions/s, leaf evaluations/s, mean leaf
-batch, self-play / train / gating / evaluation seconds, losses, win rates; one sampled game of
-each generation as an SGF artifact (`sgf/generation_NNNN.sgf`).
+batch, self-play / train / gating / evaluation seconds, losses, win rates (`win_rate_vs_random`,
+`win_rate_vs_gen0`, `win_rate_vs_mcts<S>` for each rung of the ladder); with `trainers` > 1
+the all-reduce: `allreduce_s`, the seconds rank 0 had gradients in flight in DDP's all-reduce
+(timed by a DDP communication hook, `hetrl.scheduler.dataparallel.AllReduceTimer`), and
+`allreduce_mb`, the gradient megabytes all-reduced. One sampled game of each generation as
+an SGF (`sgf/generation_NNNN.sgf`) and its final board as a PNG beside it
+(`sgf/generation_NNNN.png`: the stones, the last move ringed, the area each side scores).
 """
 
 from __future__ import annotations
@@ -31,7 +42,9 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import queue
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,14 +57,17 @@ from hetrl.algos.alphazero import (
     evaluator,
     match,
     play_games,
+    result,
     to_sgf,
 )
 from hetrl.algos.mcts import SearchConfig, SearchStats
+from hetrl.algos.pure_mcts import PureMcts
 from hetrl.config.enums import Agents
-from hetrl.envs.go import GoGame
+from hetrl.envs.go import GoGame, area_owner
 from hetrl.scheduler.context import Stopped, Training, loop_metrics
 from hetrl.scheduler.dataparallel import DataParallelTrainers
 from hetrl.scheduler.state import LoopState, PhaseTimer
+from hetrl.tracking.plots import go_board
 
 log = logging.getLogger("hetrl")
 
@@ -64,7 +80,9 @@ class SelfPlayScheduler:
     def __init__(self, workers: int, trainers: int, games_per_generation: int,
                  concurrent_games: int, generations: int, window: int, train_steps: int,
                  gating_games: int, gating_win_rate: float, eval_games: int,
-                 eval_readouts: int, eval_every: int = 1) -> None:
+                 eval_readouts: int, eval_every: int = 1, ladder_games: int = 0,
+                 ladder_simulations: tuple[int, ...] = (),
+                 wall_clock_s: float | None = None) -> None:
         self.workers, self.trainers = workers, trainers
         self.games_per_generation = games_per_generation
         self.concurrent_games = concurrent_games
@@ -73,6 +91,8 @@ class SelfPlayScheduler:
         self.gating_games, self.gating_win_rate = gating_games, gating_win_rate
         self.eval_games, self.eval_readouts = eval_games, eval_readouts
         self.eval_every = eval_every
+        self.ladder_games, self.ladder_simulations = ladder_games, tuple(ladder_simulations)
+        self.wall_clock_s = wall_clock_s
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         learner: AlphaZero = t.learner  # type: ignore[assignment]  # validate() ensures it
@@ -84,6 +104,7 @@ class SelfPlayScheduler:
         gen0 = PolicyValueNet(game.planes, game.n, learner.width, learner.blocks)
         gen0.load_state_dict(sp["generation_0"])
         timer = PhaseTimer(state.phase_s)
+        wall_start, wall_before = time.perf_counter(), sp.get("wall_s", 0.0)  # workers included
         rng = np.random.default_rng(t.seed + 1000 * sp["generation"])
         pool = _WorkerPool(self.workers, game, learner, t.seed) if self.workers > 0 else None
         trainers = None
@@ -94,11 +115,13 @@ class SelfPlayScheduler:
         metrics: dict[str, float] = {}
         learner_metrics: dict[str, Any] = {}
         try:
-            while sp["generation"] < self.generations and state.step < t.steps:
+            while (sp["generation"] < self.generations and state.step < t.steps
+                   and not sp.get("out_of_time")):
                 if t.stop.is_set():
                     t.checkpoint(state)
                     raise Stopped(f"stopped at generation {sp['generation']}")
                 gen = sp["generation"]
+                generation_start = time.perf_counter()
                 stats = SearchStats()
                 budget = t.steps - state.step
                 start = time.perf_counter()
@@ -114,10 +137,9 @@ class SelfPlayScheduler:
                 selfplay_s = time.perf_counter() - start
                 moves = sum(len(r.moves) for r in records)
                 state.step += moves
-                if records and t.log_text is not None:  # a sampled game, as SGF
-                    sampled = records[int(rng.integers(len(records)))]
-                    t.log_text(to_sgf(sampled, game, f"generation {learner.generation}"),
-                               f"sgf/generation_{gen:04d}.sgf")
+                if records:  # a sampled game, as SGF and its final board as a PNG
+                    _log_game(t, records[int(rng.integers(len(records)))], game, gen,
+                              learner.generation)
                 state.episodes += len(records)
                 sp["window"].append((gen, *_stack(records, game)))
                 sp["window"] = sp["window"][-self.window:]
@@ -133,6 +155,7 @@ class SelfPlayScheduler:
                                                          t.precision)
                     state.updates = learner.updates
                 train_s = time.perf_counter() - start
+                comm = trainers.comm if trainers is not None else {}
 
                 eval_cfg = _eval_config(learner.search, self.eval_readouts)
                 start = time.perf_counter()
@@ -149,17 +172,28 @@ class SelfPlayScheduler:
                         learner.accept()
                 gating_s = time.perf_counter() - start
                 start = time.perf_counter()
-                last = gen + 1 >= self.generations or state.step >= t.steps
+                now = time.perf_counter()
+                generation_s = now - generation_start  # up to its evaluation
+                sp["out_of_time"] = (self.wall_clock_s is not None and wall_before + now
+                                     - wall_start + generation_s > self.wall_clock_s)
+                last = gen + 1 >= self.generations or state.step >= t.steps or sp["out_of_time"]
+                evaluating = (gen + 1) % self.eval_every == 0 or last
                 with timer("eval"):
-                    if (gen + 1) % self.eval_every == 0 or last:
-                        vs_random = match(self.eval_games, game,
-                                          evaluator(learner.best, game, learner.device), None,
-                                          eval_cfg, rng, self.concurrent_games)
-                        sp["vs_random"] = vs_random
+                    if evaluating and self.eval_games > 0:
+                        sp["vs_random"] = match(self.eval_games, game,
+                                                evaluator(learner.best, game, learner.device),
+                                                None, eval_cfg, rng, self.concurrent_games)
                         sp["vs_gen0"] = match(self.eval_games, game,
                                               evaluator(learner.best, game, learner.device),
                                               evaluator(gen0, game), eval_cfg, rng,
                                               self.concurrent_games)
+                    if evaluating and self.ladder_games > 0:
+                        sp["vs_mcts"] = {
+                            sims: match(self.ladder_games, game,
+                                        evaluator(learner.best, game, learner.device),
+                                        PureMcts(game, sims, t.seed + gen), eval_cfg, rng,
+                                        self.concurrent_games)
+                            for sims in self.ladder_simulations}
                     vs_random = sp.get("vs_random", float("nan"))
                 eval_s = time.perf_counter() - start
                 sp["generation"] = gen + 1
@@ -185,22 +219,32 @@ class SelfPlayScheduler:
                     "selfplay/resigned": float(np.mean([r.resigned for r in records])),
                     "selfplay/game_length": moves / max(len(records), 1),
                 }
+                for sims, rate_vs in sp.get("vs_mcts", {}).items():
+                    metrics[f"selfplay/win_rate_vs_mcts{sims}"] = rate_vs
+                if comm:  # DDP's gradient all-reduce, timed on rank 0
+                    metrics["selfplay/allreduce_s"] = comm["seconds"]
+                    metrics["selfplay/allreduce_mb"] = comm["bytes"] / 1e6
                 state.history.append((state.step, vs_random))
                 state.history_s.append(state.elapsed_s)
                 state.elapsed_s += selfplay_s + train_s + gating_s + eval_s
+                sp["wall_s"] = wall_before + time.perf_counter() - wall_start
+                metrics["selfplay/wall_s"] = sp["wall_s"]
                 metrics.update(loop_metrics(state, learner, learner_metrics))
                 sp["metrics"] = metrics
                 t.report(state.step, metrics)
                 log.info("generation %d: %d games, %.1f games/s, %.0f leaf evals/s (batch "
-                         "%.1f), black wins %.2f, loss %.3f (value %.3f), gating %.2f (%s), vs random %.2f, "
-                         "vs generation 0 %.2f", gen + 1,
+                         "%.1f), black wins %.2f, loss %.3f (value %.3f), train %.1f s%s, "
+                         "gating %.2f (%s), vs random %.2f, vs generation 0 %.2f%s", gen + 1,
                          len(records), metrics["selfplay/games_per_s"],
                          metrics["selfplay/leaf_evals_per_s"], stats.mean_batch,
                          metrics["selfplay/black_win_rate"],
                          float(learner_metrics.get("loss", float("nan"))),
-                         float(learner_metrics.get("value_loss", float("nan"))), rate,
+                         float(learner_metrics.get("value_loss", float("nan"))), train_s,
+                         f" (all-reduce {comm['seconds']:.2f} s)" if comm else "", rate,
                          "accepted" if accepted else "rejected", vs_random,
-                         metrics["selfplay/win_rate_vs_gen0"])
+                         metrics["selfplay/win_rate_vs_gen0"],
+                         "".join(f", vs MCTS {sims} {rate_vs:.2f}"
+                                 for sims, rate_vs in sp.get("vs_mcts", {}).items()))
                 if t.checkpoint_every > 0:
                     t.checkpoint(state)
         finally:
@@ -225,6 +269,22 @@ class SelfPlayScheduler:
             with t.precision.autocast(learner.device):
                 out = learner.update(batch)
         return out
+
+
+def _log_game(t: Training, record: GameRecord, game: GoGame, gen: int, player: int) -> None:
+    """A game of generation `gen` (played by generation `player`) as the artifacts
+    `sgf/generation_NNNN.sgf` and, beside it, `sgf/generation_NNNN.png` (its final board)."""
+    if t.log_text is not None:
+        t.log_text(to_sgf(record, game, f"generation {player}"), f"sgf/generation_{gen:04d}.sgf")
+    if t.log_artifact is not None:
+        final = game.position_from(record.moves)
+        last = (divmod(final.last, game.n)
+                if final.last is not None and final.last != game.pass_action else None)
+        title = (f"generation {gen + 1}: {result(record)} (komi {game.komi:g})\n"
+                 f"{len(record.moves)} moves, played by generation {player}")
+        with tempfile.TemporaryDirectory() as folder:
+            t.log_artifact(go_board(final.board, Path(folder) / f"generation_{gen:04d}.png",
+                                    title, last=last, owner=area_owner(final.board)), "sgf")
 
 
 def _stack(records: list[GameRecord], game: GoGame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

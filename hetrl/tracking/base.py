@@ -22,7 +22,8 @@ class Tracker(Protocol):
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
 
-    def log_artifact(self, path: Path) -> None: ...
+    def log_artifact(self, path: Path, folder: str | None = None) -> None:
+        """Copy the file at `path` into the run's artifacts (into `folder` of them)."""
 
     def log_text(self, text: str, name: str) -> None: ...
 
@@ -56,7 +57,7 @@ class NullTracker:
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         pass
 
-    def log_artifact(self, path: Path) -> None:
+    def log_artifact(self, path: Path, folder: str | None = None) -> None:
         pass
 
     def log_text(self, text: str, name: str) -> None:

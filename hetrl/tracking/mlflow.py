@@ -223,8 +223,8 @@ class MlflowTracker:
         for i in range(0, len(items), 1000):
             self.client.log_batch(self.run_id, metrics=items[i : i + 1000])
 
-    def log_artifact(self, path: Path) -> None:
-        self.client.log_artifact(self.run_id, str(path))
+    def log_artifact(self, path: Path, folder: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), folder)
 
     def log_text(self, text: str, name: str) -> None:
         self.client.log_text(self.run_id, text, name)

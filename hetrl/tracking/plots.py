@@ -1,5 +1,5 @@
-"""Pictures logged with a run: the learning curve and the plan's schedule; the house style
-the sweep report (hetrl.report) draws in too."""
+"""Pictures logged with a run: the learning curve, the plan's schedule, a Go board; the house
+style the sweep report (hetrl.report) draws in too."""
 
 from __future__ import annotations
 
@@ -142,5 +142,49 @@ def eps_heatmap(grid, devices: list[str], chosen: tuple[str, str], path: Path, t
     fig.colorbar(image, ax=ax, fraction=0.046)
     fig.tight_layout()
     fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+GO_COLUMNS = "abcdefghjklmnopqrst"  # GTP's letters: no "i"
+
+
+def go_board(board: np.ndarray, path: Path, title: str, last: tuple[int, int] | None = None,
+             owner: np.ndarray | None = None) -> Path:
+    """A Go position as a PNG: `board` (N x N; +1 black, -1 white, 0 empty; row 0 is the
+    first line, drawn at the bottom, as "a1"), the last move ringed, and with `owner` (the
+    same shape: whose each point is under area scoring) a small square of the owner's colour
+    on each empty point that counts for one side."""
+    n = board.shape[0]
+    fig, ax = plt.subplots(figsize=(1.2 + 0.42 * n, 1.5 + 0.42 * n), dpi=100)
+    ax.set_facecolor("#dcb35c")  # the usual wooden board
+    for k in range(n):
+        ax.plot([0, n - 1], [k, k], color="black", linewidth=0.8, zorder=1)
+        ax.plot([k, k], [0, n - 1], color="black", linewidth=0.8, zorder=1)
+    rows, cols = np.nonzero(board)
+    for colour, face, edge in ((1, "black", "black"), (-1, "white", "black")):
+        mask = board[rows, cols] == colour
+        ax.scatter(cols[mask], rows[mask], s=(260 * 9 / max(n, 9)) * 1.6, c=face,
+                   edgecolors=edge, linewidths=0.8, zorder=3)
+    if owner is not None:
+        for colour, face in ((1, "black"), (-1, "white")):
+            r, c = np.nonzero((board == 0) & (owner == colour))
+            ax.scatter(c, r, s=40, marker="s", c=face, edgecolors="black", linewidths=0.4,
+                       zorder=2)
+    if last is not None:
+        r, c = last
+        ring = "white" if board[r, c] == 1 else "black"
+        ax.scatter([c], [r], s=90, facecolors="none", edgecolors=ring, linewidths=1.5,
+                   zorder=4)
+    ax.set_xticks(range(n), [GO_COLUMNS[k] for k in range(n)])
+    ax.set_yticks(range(n), [str(k + 1) for k in range(n)])
+    ax.tick_params(length=0)
+    ax.set_xlim(-0.7, n - 0.3)
+    ax.set_ylim(-0.7, n - 0.3)
+    ax.set_aspect("equal")
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    ax.set_title(title, fontsize=9)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -79,16 +79,17 @@ class TensorboardTracker:
             self.writer.add_scalar(key, float(value), step)
         self._record["metrics"].update({k: float(v) for k, v in metrics.items()})
 
-    def log_artifact(self, path: Path) -> None:
+    def log_artifact(self, path: Path, folder: str | None = None) -> None:
         path = Path(path)
-        artifacts = Path(self.run_id) / "artifacts"
-        artifacts.mkdir(exist_ok=True)
+        artifacts = Path(self.run_id) / "artifacts" / (folder or "")
+        artifacts.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, artifacts / path.name)
         if path.suffix == ".png":
             import matplotlib.image
 
             image = matplotlib.image.imread(path)[..., :3]
-            self.writer.add_image(path.stem, image, 0, dataformats="HWC")
+            tag = f"{folder}/{path.stem}" if folder else path.stem
+            self.writer.add_image(tag, image, 0, dataformats="HWC")
 
     def log_text(self, text: str, name: str) -> None:
         path = Path(self.run_id) / "artifacts" / name  # a name may hold folders
