@@ -1,5 +1,5 @@
 """Stops reach every job of a parallel sweep: SIGTERM to the launching process, or Ctrl-C (SIGINT
-to the whole process group), under hydra/launcher=joblib. Each running job
+to the whole process group), under hydra/launcher=joblib and submitit_local. Each running job
 checkpoints and ends KILLED, queued jobs never start (the parent's summary lists them, matched
 by their overrides), the parent ends KILLED, the launching process exits 143 or 130 once its
 jobs are done, and no process of the sweep outlives it."""
@@ -128,6 +128,20 @@ def test_a_stop_reaches_every_job_of_a_joblib_sweep(tmp_path, signum, group):
     _check_stopped(tmp_path, log, 128 + signum, sweep.returncode, _outlived(processes),
                    {"0", "1", "2", "3"})
     assert "2 job processes asked" in log.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum,group", [(signal.SIGTERM, False), (signal.SIGINT, True)],
+                         ids=["sigterm", "ctrl-c"])
+def test_a_stop_reaches_every_job_of_a_submitit_local_sweep(tmp_path, signum, group):
+    """submitit's local controller SIGKILLs its tasks a second after a Ctrl-C of its own:
+    it never sees one, and its tasks get the launching process's SIGTERM."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    sweep, log = _start(tmp_path, "hydra/launcher=submitit_local", *LONG, "seed=0,1")
+    _wait_running(sweep, log, 2)
+    processes = _stop(sweep, log, signum, group)
+    _check_stopped(tmp_path, log, 128 + signum, sweep.returncode, _outlived(processes),
+                   {"0", "1"})
 
 
 def test_a_stop_sent_to_a_worker_between_two_jobs_stops_the_next_before_its_run(tmp_path):
