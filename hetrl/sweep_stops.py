@@ -22,6 +22,9 @@ dies; submitit's local controller SIGKILLs its tasks a second after a Ctrl-C). S
   job returns (`run_job`), so the launcher collects it and waits for the others rather than
   killing their processes; then the sweep's parent run ends KILLED, listing the jobs that
   never started, and this process exits 130 or 143 (`SweepStopped`).
+- joblib with one worker (`n_jobs=1`, or -1 on one CPU) runs the jobs in the launching process
+  itself: there a stop reaches the running job through this process's main thread, and ends
+  the sweep as under the basic launcher.
 """
 
 from __future__ import annotations
@@ -89,6 +92,12 @@ def run_job(hydra_cfg: DictConfig, run: Callable[[], dict]) -> dict | None:
         log.warning("not started: the sweep was stopped by %s before this job began",
                     signal.Signals(signum).name)
         return {"stopped": signal.Signals(signum).name, "step": None}
+    if (sweep := SweepStops.listening) is not None:  # a job in the launching process itself
+        sweep.job_here = True
+        try:
+            return run()  # a stop ends the sweep here
+        finally:
+            sweep.job_here = False
     try:
         return run()
     except Stopped as stopped:
@@ -125,6 +134,8 @@ class SweepStops(Callback):
     """Listed before the MLflow callback: it listens before the parent run opens, and raises
     the stop once the parent is closed (Hydra ends callbacks in reverse order)."""
 
+    listening: SweepStops | None = None  # the one that takes this process's signals
+
     def __init__(self) -> None:
         self.sweep_dir = ""
         self.remote = False
@@ -132,6 +143,7 @@ class SweepStops(Callback):
         self._handlers: dict[int, Any] = {}
         self._mask: set | None = None  # the launching thread's signal mask before the sweep
         self._listener: threading.Thread | None = None
+        self.job_here = False  # a job runs in this process (joblib with one worker)
 
     def __getstate__(self) -> dict:
         """A launcher pickles Hydra's callbacks into its workers: none of this process's
@@ -153,6 +165,7 @@ class SweepStops(Callback):
         self._listener = threading.Thread(target=self._listen, name="hetrl-sweep-stops",
                                           daemon=True)
         self._listener.start()
+        SweepStops.listening = self
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._release()
@@ -181,6 +194,9 @@ class SweepStops(Callback):
                 asked += 1
             except Exception:  # noqa: BLE001 - it ended meanwhile
                 continue
+        if self.job_here:  # its loop listens in the main thread
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+            asked += 1
         if first:
             log.warning("%s: stopping the sweep: its running jobs stop after a checkpoint, the "
                         "others do not start (%d job processes asked)",
@@ -198,6 +214,7 @@ class SweepStops(Callback):
     def _release(self) -> None:
         """Give the launching process its signals back (after the sweep's jobs are done)."""
         listener, self._listener = self._listener, None
+        SweepStops.listening = None
         if listener is not None:
             listener.join()
         if self._mask is not None:

@@ -95,9 +95,6 @@ def _check_stopped(tmp_path: Path, log: Path, code: int, returncode: int, outliv
     text = log.read_text()
     assert returncode == code, text[-3000:]
     assert not outlived, [p.pid for p in outlived]
-    assert "Traceback" not in text, text[-3000:]
-    name = signal.Signals(code - 128).name
-    assert text.splitlines()[-1].startswith(f"stopped by {name}: the sweep's running jobs"), text
     runs = mlflow_runs(tmp_path)
     (parent,) = [r for r in runs if r.data.tags.get("sweep") == "true"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
@@ -113,6 +110,9 @@ def _check_stopped(tmp_path: Path, log: Path, code: int, returncode: int, outliv
             num = row["run"].removeprefix("job ")
             assert not (sweep_dir / num / "checkpoint.pt").exists()
     assert len(list(sweep_dir.glob("*/checkpoint.pt"))) == len(children)
+    assert "Traceback" not in text, text[-3000:]
+    name = signal.Signals(code - 128).name
+    assert text.splitlines()[-1].startswith(f"stopped by {name}: the sweep's running jobs"), text
 
 
 @pytest.mark.slow
@@ -128,6 +128,26 @@ def test_a_stop_reaches_every_job_of_a_joblib_sweep(tmp_path, signum, group):
     _check_stopped(tmp_path, log, 128 + signum, sweep.returncode, _outlived(processes),
                    {"0", "1", "2", "3"})
     assert "2 job processes asked" in log.read_text()
+
+
+@pytest.mark.slow
+def test_a_stop_ends_a_joblib_sweep_whose_one_worker_is_the_launching_process(tmp_path):
+    """joblib runs the jobs of n_jobs=1 in the launching process: the stop reaches the job
+    there and ends the sweep, as under the basic launcher."""
+    sweep, log = _start(tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=1", *LONG,
+                        "seed=0,1")
+    _wait_running(sweep, log, 1)
+    _stop(sweep, log, signal.SIGTERM, group=False)
+    text = log.read_text()
+    assert sweep.returncode == 143, text[-3000:]
+    assert "go on with: python -m hetrl resume=" in text.splitlines()[-1], text[-3000:]
+    runs = mlflow_runs(tmp_path)
+    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "true"]
+    assert [r.info.status for r in runs if r is not parent] == ["KILLED"]
+    assert parent.info.status == "KILLED"
+    assert [(r["seed"], r["status"]) for r in _summary(tmp_path, parent)] == [
+        ("0", "KILLED"), ("1", "NOT_STARTED")]
+    assert len(list(tmp_path.glob("runs/multirun/*/*/0/checkpoint.pt"))) == 1
 
 
 @pytest.mark.slow
