@@ -15,7 +15,8 @@ dies; submitit's local controller SIGKILLs its tasks a second after a Ctrl-C). S
   kills a worker, a controller or a job between two of its steps.
 - A job unblocks them while its loop listens (hetrl.experiment._stop_on_signals): a stop sent
   to its process between two jobs arrives as the next job begins, which stops before its run
-  opens.
+  opens. Threads a job leaves behind (torch's, MLflow's) do not block them: one such a thread
+  takes between two jobs is handed to the main thread, where it waits in the same way.
 - On a stop the launching process writes STOPPED in the sweep dir (a job reads it before it
   starts: one the stop did not reach does not run either) and sends SIGTERM to each process
   that runs the launcher's jobs; a running job checkpoints and ends its run KILLED. A stopped
@@ -42,6 +43,7 @@ from omegaconf import DictConfig
 from hetrl.faults import Stopped
 
 log = logging.getLogger("hetrl")
+_noted: int | None = None  # a stop this worker took between jobs without blocking it
 
 SIGNALS = {signal.SIGINT, signal.SIGTERM}
 MARKER = "STOPPED"  # in the sweep dir: the signal that stopped the sweep
@@ -88,7 +90,7 @@ def run_job(hydra_cfg: DictConfig, run: Callable[[], dict]) -> dict | None:
     stopped it: an exception would make joblib kill the workers of the jobs still stopping."""
     if not remote(hydra_cfg):
         return run()
-    if (signum := stopped_by(hydra_cfg.sweep.dir)) is not None:
+    if (signum := stopped_by(hydra_cfg.sweep.dir) or _noted) is not None:
         log.warning("not started: the sweep was stopped by %s before this job began",
                     signal.Signals(signum).name)
         return {"stopped": signal.Signals(signum).name, "step": None}
@@ -98,6 +100,8 @@ def run_job(hydra_cfg: DictConfig, run: Callable[[], dict]) -> dict | None:
             return run()  # a stop ends the sweep here
         finally:
             sweep.job_here = False
+    for signum in SIGNALS:  # between this job and the next (the job's loop installs its own)
+        signal.signal(signum, _to_main_thread)
     try:
         return run()
     except Stopped as stopped:
@@ -109,6 +113,17 @@ def run_job(hydra_cfg: DictConfig, run: Callable[[], dict]) -> dict | None:
         log.warning("interrupted (a second Ctrl-C): the last checkpoint, if any, is where "
                     "`resume=` goes on")
         return {"stopped": "SIGINT", "step": None}
+
+
+def _to_main_thread(signum: int, frame: object) -> None:
+    """A signal taken between two jobs by a thread that does not block it (one a job left,
+    e.g. torch's): pend it on the main thread, which does, so that the next job gets it as
+    it begins rather than the default ending this worker (and loky every other one)."""
+    global _noted
+    if signum in signal.pthread_sigmask(signal.SIG_BLOCK, set()):  # this is the main thread
+        signal.pthread_kill(threading.main_thread().ident, signum)
+    else:  # a worker that did not inherit the mask: the next job reads it here
+        _noted = signum
 
 
 def job_processes() -> list:

@@ -131,6 +131,32 @@ def test_a_stop_reaches_every_job_of_a_joblib_sweep(tmp_path, signum, group):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("signum,group", [(signal.SIGTERM, False), (signal.SIGINT, True)],
+                         ids=["sigterm", "ctrl-c"])
+def test_a_stop_leaves_a_worker_idle_after_a_job_alive_until_the_others_stopped(
+        tmp_path, signum, group):
+    """A worker whose job finished waits for the sweep's end with threads its job started
+    (torch's, MLflow's): a stop they take must not end it, or loky kills the other workers."""
+    sweep, log = _start(tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *LONG,
+                        "steps=1000000,1500")
+    deadline = time.monotonic() + 120
+    while "dqn-cartpole-host-fp32-s0 finished" not in log.read_text():
+        assert time.monotonic() < deadline and sweep.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.3)
+    _wait_running(sweep, log, 1)
+    time.sleep(1)
+    processes = _stop(sweep, log, signum, group)
+    text = log.read_text()
+    assert sweep.returncode == 128 + signum, text[-3000:]
+    assert not _outlived(processes)
+    runs = mlflow_runs(tmp_path)
+    statuses = sorted((r.data.params.get("steps"), r.info.status) for r in runs
+                      if "mlflow.parentRunId" in r.data.tags)
+    assert statuses == [("1000000", "KILLED"), ("1500", "FINISHED")], text[-3000:]
+    assert len(list(tmp_path.glob("runs/multirun/*/*/*/checkpoint.pt"))) == 2
+
+
+@pytest.mark.slow
 def test_a_stop_ends_a_joblib_sweep_whose_one_worker_is_the_launching_process(tmp_path):
     """joblib runs the jobs of n_jobs=1 in the launching process: the stop reaches the job
     there and ends the sweep, as under the basic launcher."""
