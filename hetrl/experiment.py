@@ -319,11 +319,13 @@ def _stop_on_signals() -> Iterator[StopRequest]:
 
     signals = (signal.SIGINT, signal.SIGTERM)
     previous = {s: signal.signal(s, request_stop) for s in signals}
-    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+    masks = hasattr(signal, "pthread_sigmask")  # POSIX
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, signals) if masks else None
     try:
         yield stop
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if masks:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
