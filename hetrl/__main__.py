@@ -14,6 +14,7 @@ from hetrl import CONF_DIR
 from hetrl.config.errors import ConfigError
 from hetrl.config.store import register
 from hetrl.faults import Fault, Stopped
+from hetrl.sweep_stops import run_job
 
 register()
 
@@ -25,8 +26,8 @@ def main(cfg: DictConfig) -> dict:
     hydra_cfg = HydraConfig.get()
     runtime = hydra_cfg.runtime
     try:
-        return experiment.run(cfg, runtime.choices, Path(runtime.output_dir),
-                              overrides=list(hydra_cfg.overrides.task))
+        return run_job(hydra_cfg, lambda: experiment.run(
+            cfg, runtime.choices, Path(runtime.output_dir), overrides=list(hydra_cfg.overrides.task)))
     except (ConfigError, Fault) as error:
         _to_log_files(traceback.format_exc())  # the terminal gets one message
         if hydra_cfg.mode == RunMode.MULTIRUN:

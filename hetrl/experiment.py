@@ -64,6 +64,8 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
     validate(cfg, choices)  # before anything is created: a rejected job leaves no run, no store
 
     with _stop_on_signals() as stop:  # before the run opens: a signal never strands it
+        if stop.is_set():  # sent while this process waited between two jobs of a sweep
+            raise Stopped(stop.signum)
         tracker = _tracker(cfg)
         tracker.start(name, tags={**choices, "seed": str(cfg.seed)},
                       run_id=saved["run_id"] if saved else None)
@@ -299,23 +301,32 @@ def _save_checkpoint(path: Path, cfg: DictConfig, choices: Mapping[str, str],
 @contextmanager
 def _stop_on_signals() -> Iterator[StopRequest]:
     """SIGINT/SIGTERM ask the loop to stop at the next step (after a checkpoint);
-    a second Ctrl-C interrupts at once."""
+    a second Ctrl-C interrupts at once. A process that runs a sweep's jobs blocks them
+    between jobs (hetrl.sweep_stops); they are unblocked here, so one sent meanwhile
+    arrives now and the job stops before it begins."""
     stop = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
 
     def request_stop(signum: int, frame: object) -> None:
-        if stop.is_set() and signum == signal.SIGINT:
-            raise KeyboardInterrupt
+        if stop.is_set():
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            return  # stopping already (a sweep's launching process sends SIGTERM after Ctrl-C)
         log.warning("%s: stopping at the next step, after a checkpoint",
                     signal.Signals(signum).name)
         stop.request(signum)
 
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, request_stop) for s in signals}
+    masks = hasattr(signal, "pthread_sigmask")  # POSIX
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, signals) if masks else None
     try:
         yield stop
     finally:
+        if masks:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

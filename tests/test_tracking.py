@@ -99,6 +99,26 @@ def test_a_joblib_sweep_runs_jobs_in_other_processes_under_one_parent(tmp_path, 
 
 
 @pytest.mark.slow
+def test_a_submitit_local_sweep_has_the_same_shape_as_a_joblib_one(tmp_path, client):
+    """submitit's local executor runs each job as a task of its own (the path a SLURM sweep
+    takes, hydra/launcher=submitit_slurm, less the cluster): one parent, a child per job."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    out = hetrl_cli(tmp_path, "-m", "hydra/launcher=submitit_local", "algo=dqn,ddpg",
+                    "steps=400", "algo.learning_starts=100", "algo.batch_size=32",
+                    "algo.hidden=[32]", "log_every=200", "tracking.system_metrics_s=0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Submitit 'local' sweep output dir" in out.stdout + out.stderr
+    runs = mlflow_runs(tmp_path)
+    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "true"]
+    assert parent.info.status == "FINISHED" and parent.info.run_name == "sweep algo=dqn,ddpg"
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(runs) == 3 and sorted(c.data.tags["algo"] for c in children) == ["ddpg", "dqn"]
+    assert all(c.info.status == "FINISHED" for c in children)
+    summary = open(client.download_artifacts(parent.info.run_id, "summary.md", str(tmp_path))).read()
+    assert "2 jobs: 2 finished, 0 failed, 0 killed, 0 not started" in summary
+
+
+@pytest.mark.slow
 def test_a_joblib_sweep_rejected_before_any_job_runs_leaves_no_run(tmp_path):
     out = hetrl_cli(tmp_path, "-m", "hydra/launcher=joblib", "algo=dqn,dqnn", *QUICK[1:],
                     timeout=120)

@@ -3,9 +3,9 @@
 The parent opens with the sweep's first job (a sweep Hydra rejects before any job runs
 leaves no run). It gets a summary table (CSV and markdown) of every job of the sweep: each
 child's choices, final metrics and status, and the jobs that never started, rewritten after
-each job so that a sweep cut short still has one. Hydra skips `on_multirun_end` when a job
-failed, so the parent is also closed at exit. SIGINT/SIGTERM between two jobs stop the sweep
-(during a job, the job's own handler stops it after a checkpoint): the parent ends KILLED.
+each job so that a sweep cut short still has one (a job that never started is found by its
+overrides: parallel jobs end in any order). Hydra skips `on_multirun_end` when a job failed,
+so the parent is also closed at exit. A stopped sweep (hetrl.sweep_stops) ends KILLED.
 Once closed, the parent gets the sweep report (hetrl.report: plots and one HTML page).
 """
 
@@ -15,8 +15,7 @@ import atexit
 import csv
 import io
 import os
-import signal
-import threading
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +23,10 @@ from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, read_write
 
-from hetrl.faults import Stopped
+from hetrl.sweep_stops import BASIC_LAUNCHER, stopped_by
 
 PARENT_ENV = "HETRL_PARENT_RUN_ID"  # read by the jobs' tracking config
 PARENT_KEY = "tracking.parent_run_id"  # the override that carries it to jobs run elsewhere
-BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 CHOICE_TAGS = ("algo", "env", "platform", "precision", "partitioner", "scheduler", "replay",
                "seed")
 NOT_STARTED = "NOT_STARTED"  # the status column of a job the sweep never reached
@@ -44,15 +42,14 @@ class MlflowSweep(Callback):
         self.keys: list[str] = []  # config keys set on the command line: columns of the summary
         self.config: DictConfig | None = None  # the multirun's, until the parent opens
         self.jobs: list[list[str]] | None = None  # each job's overrides (None: not known)
-        self.stopped: int | None = None  # the signal that stopped the sweep between jobs
-        self._handlers: dict[int, Any] = {}
+        self.sweep_dir = ""
         self.remote = False  # the launcher runs jobs outside this process
         self.in_worker = False  # this copy was pickled into a launcher's worker
 
     def __getstate__(self) -> dict:
         """A launcher pickles its callbacks into its workers: a worker's copy gets no client
-        (it opens its own) and no signal handlers of this process."""
-        state = dict(self.__dict__, client=None, _handlers={}, in_worker=True)
+        (it opens its own)."""
+        state = dict(self.__dict__, client=None, in_worker=True)
         return state
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -63,15 +60,13 @@ class MlflowSweep(Callback):
         self.keys = [k for k in keys if k not in CHOICE_TAGS and k != "tracking.uri"
                      and not k.startswith("hydra.")]
         self.jobs = _sweep_jobs(config)
+        self.sweep_dir = str(config.hydra.sweep.dir)
         self.remote = config.hydra.launcher.get("_target_") != BASIC_LAUNCHER
         if self.remote:
             self._open_parent(config)
             with read_write(config.hydra.overrides):
                 # quoted: an id of digits and one `e` would parse as a float
                 config.hydra.overrides.task.append(f"{PARENT_KEY}='{self.parent_id}'")
-        if threading.current_thread() is threading.main_thread():
-            self._handlers = {s: signal.signal(s, self._stop) for s in (signal.SIGINT,
-                                                                          signal.SIGTERM)}
         atexit.register(self._close)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -99,11 +94,6 @@ class MlflowSweep(Callback):
                                                       for k, v in params.items()])
         if not self.remote:
             os.environ[PARENT_ENV] = self.parent_id
-
-    def _stop(self, signum: int, frame: object) -> None:
-        """A signal between two jobs (a job's loop installs its own): stop the sweep."""
-        self.stopped = signum
-        raise Stopped(signum)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if self.parent_id is None:
@@ -138,7 +128,7 @@ class MlflowSweep(Callback):
 
     def _write_summary(self) -> tuple[list, int]:
         """Write the summary of every job; the children and the number of jobs that never
-        started (the basic sweeper runs its jobs in order: the first len(children) ran)."""
+        started."""
         children = self._children()
         header = ["run", *CHOICE_TAGS, *self.keys, "status", *SUMMARY_METRICS]
         rows = [
@@ -147,8 +137,8 @@ class MlflowSweep(Callback):
              *(_fmt(run.data.metrics.get(m)) for m in SUMMARY_METRICS)]
             for run in children
         ]
-        not_started = (self.jobs or [])[len(children):]
-        for num, job in enumerate(not_started, start=len(children)):
+        not_started = _not_started(self.jobs or [], children)
+        for num, job in not_started:
             given = dict(o.split("=", 1) for o in job if "=" in o)
             rows.append([f"job {num}", *(given.get(t, "") for t in CHOICE_TAGS),
                          *(given.get(k, "") for k in self.keys), NOT_STARTED,
@@ -195,9 +185,6 @@ class MlflowSweep(Callback):
             self.client.log_metric(self.parent_id, key, phi)
 
     def _close(self) -> None:
-        for sig, handler in self._handlers.items():
-            signal.signal(sig, handler)
-        self._handlers = {}
         if self.parent_id is None:
             return
         if self.in_worker:
@@ -205,13 +192,14 @@ class MlflowSweep(Callback):
         children, not_started = self._write_summary()
         sweep_dir = Path(self.client.get_run(self.parent_id).data.tags.get("sweep_dir", "."))
         started = sweep_dir.is_dir() and any(p.is_dir() for p in sweep_dir.iterdir())
-        if self.remote and not children and not started and self.stopped is None:
+        stopped = stopped_by(self.sweep_dir) is not None
+        if self.remote and not children and not started and not stopped:
             # opened at multirun start, but Hydra rejected the sweep before any job ran
             self.client.delete_run(self.parent_id)
             self.parent_id = None
             return
         statuses = {run.info.status for run in children}
-        cut_short = self.stopped is not None or not_started or "RUNNING" in statuses
+        cut_short = stopped or not_started or "RUNNING" in statuses
         status = ("FAILED" if "FAILED" in statuses
                   else "KILLED" if "KILLED" in statuses or cut_short else "FINISHED")
         self.client.set_terminated(self.parent_id, status=status)
@@ -291,6 +279,31 @@ def _sweep_jobs(config: DictConfig) -> list[list[str]] | None:
         return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
     except Exception:  # e.g. glob(): expanding it needs Hydra's config loader
         return None
+
+
+def _not_started(jobs: list[list[str]], children: list) -> list[tuple[int, list[str]]]:
+    """The jobs (number, overrides) that no child ran: a child is matched to a job by the
+    overrides of the command that reproduces it (its `command` tag), whatever order the
+    jobs ran in; a child that names no job of the list is matched to the first one left."""
+    left = dict(enumerate(jobs))
+    for run in children:
+        given = _overrides(run.data.tags.get("command", ""))
+        num = next((n for n, job in left.items() if _overrides(job) == given), None)
+        if num is None and left:
+            num = next(iter(left))
+        left.pop(num, None)
+    return list(left.items())
+
+
+def _overrides(command: str | list[str]) -> dict[str, str]:
+    """key -> value of a command line (`python -m hetrl a=1 b=2`) or a list of overrides,
+    less the parent run id a launcher passes its jobs."""
+    try:
+        words = shlex.split(command) if isinstance(command, str) else command
+    except ValueError:
+        return {}
+    pairs = (w.split("=", 1) for w in words if "=" in w)
+    return {k.lstrip("+~"): v for k, v in pairs if k.lstrip("+~") != PARENT_KEY}
 
 
 def _fmt(value: float | None) -> str:
