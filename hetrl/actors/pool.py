@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from typing import Callable
 
@@ -41,6 +42,10 @@ class ActorPool(Actors):
               seed: int) -> None:
         """Start the actors, each with a CPU copy of `learner` and envs from `make_envs`."""
         raise NotImplementedError
+
+    def placement(self) -> dict[int, str]:
+        """Where each started actor runs: rank -> node (this host's name for local pools)."""
+        return dict.fromkeys(range(self.n), socket.gethostname())
 
     def submit(self, rank: int, payload: bytes | None, steps: int, step: int) -> None:
         """Ask actor `rank` to pull `payload` (None: keep its weights), then take `steps`

@@ -78,8 +78,15 @@ class ProcessActors(ActorPool):
             self.conns.append(here)
 
     def submit(self, rank: int, payload: bytes | None, steps: int, step: int) -> None:
-        self.conns[rank].send(("collect", payload, steps, step))
+        try:
+            self.conns[rank].send(("collect", payload, steps, step))
+        except OSError:  # its end of the pipe is closed: the actor is gone
+            raise self._exited(rank) from None
         self.submitted[rank] = perf_counter()
+
+    def _exited(self, rank: int) -> ActorError:
+        self.processes[rank].join(timeout=1.0)  # its exit code, once reaped
+        return ActorError(f"actor {rank} exited (code {self.processes[rank].exitcode})")
 
     def results(self, block: bool = True, stop: threading.Event | None = None) -> list[Chunk]:
         chunks: list[Chunk] = []
@@ -90,9 +97,7 @@ class ProcessActors(ActorPool):
                 try:
                     kind, body = conn.recv()
                 except (EOFError, OSError):
-                    self.processes[rank].join(timeout=1.0)  # its exit code, once reaped
-                    raise ActorError(f"actor {rank} exited (code "
-                                     f"{self.processes[rank].exitcode})") from None
+                    raise self._exited(rank) from None
                 if kind == "error":
                     raise ActorError(body)
                 self.submitted.pop(rank, None)

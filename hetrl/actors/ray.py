@@ -28,6 +28,13 @@ class _RayActor:
         payload = ray.get(message[0]) if message else None  # a ref in a list: ours to fetch
         return self.worker.collect(payload, steps, step, pull_s=perf_counter() - start)
 
+    def node(self) -> str:
+        """The Ray node this actor was placed on: its IP and node id."""
+        import ray
+
+        context = ray.get_runtime_context()
+        return f"{ray.util.get_node_ip_address()}/{context.get_node_id()[:12]}"
+
 
 class RayActors(ActorPool):
     def __init__(self, address: str | None, **pool) -> None:
@@ -37,6 +44,7 @@ class RayActors(ActorPool):
         self.pending: dict[Any, tuple[int, float]] = {}  # result ref -> rank, when asked
         self.started_ray = False
         self._message: tuple[bytes, Any] | None = None  # the last payload and its ref
+        self.nodes: list[str] = []  # each actor's Ray node, once started
 
     def start(self, learner: Learner, make_envs: Callable[[], gym.vector.VectorEnv],
               seed: int) -> None:
@@ -50,6 +58,10 @@ class RayActors(ActorPool):
         copy = ray.put(cpu_copy(learner))
         self.handles = [remote.remote(rank, self.n, copy, make_envs, seed, self.spec)
                         for rank in range(self.n)]
+        self.nodes = ray.get([handle.node.remote() for handle in self.handles])
+
+    def placement(self) -> dict[int, str]:
+        return dict(enumerate(self.nodes))
 
     def submit(self, rank: int, payload: bytes | None, steps: int, step: int) -> None:
         import ray

@@ -23,7 +23,7 @@ from hetrl.actors.weights import publish
 from hetrl.actors.worker import Chunk
 from hetrl.algos.base import OffPolicyLearner
 from hetrl.config.enums import Agents
-from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
+from hetrl.scheduler.context import StepBoundary, Training, loop_metrics, report_placement
 from hetrl.scheduler.state import LoopState, PhaseTimer
 from hetrl.scheduler.updates import Updates
 
@@ -94,6 +94,7 @@ class ActorQScheduler:
 
         try:
             pool.start(learner, t.make_envs, t.seed)
+            report_placement(t, state.step, pool.placement())
             for rank in range(pool.n):
                 next_chunk(rank)
             while state.step < t.steps:

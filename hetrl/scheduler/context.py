@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import threading
@@ -89,6 +90,15 @@ def actor_metrics(actors: dict[int, dict[str, float]]) -> dict[str, float]:
     for name in sorted({name for totals in actors.values() for name in totals}):
         metrics[f"actor/{name}"] = float(np.mean([t.get(name, 0.0) for t in actors.values()]))
     return metrics
+
+
+def report_placement(t: Training, step: int, placement: dict[int, str]) -> None:
+    """Where an actor pool's actors run (rank -> node): the number of nodes as `actors/nodes`
+    and the map as `actors/placement.json`."""
+    t.report(step, {"actors/nodes": float(len(set(placement.values())))})
+    if t.log_text is not None:
+        t.log_text(json.dumps({str(rank): node for rank, node in placement.items()}, indent=1),
+                   "actors/placement.json")
 
 
 def _crossed(step: int, n: int, every: int) -> bool:

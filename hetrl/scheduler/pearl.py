@@ -35,7 +35,7 @@ from hetrl.actors.weights import publish
 from hetrl.actors.worker import Chunk
 from hetrl.algos.base import Batch, OffPolicyLearner
 from hetrl.config.enums import Agents
-from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
+from hetrl.scheduler.context import StepBoundary, Training, loop_metrics, report_placement
 from hetrl.scheduler.pearl_runtime import (
     ChunkRing,
     CollisionCheck,
@@ -172,6 +172,7 @@ class PearlScheduler:
                                               t.envs.single_action_space)
                               for rank in range(pool.n)}
             pool.start(learner, t.make_envs, t.seed)
+            report_placement(t, state.step, pool.placement())
             for rank in range(pool.n):
                 submit(rank)
             while state.step < t.steps or buffer or (owed > 0 and len(replay)

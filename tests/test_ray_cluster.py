@@ -1,0 +1,29 @@
+"""ActorQ's Ray actors across machines (issue 14 item 3), on a 3-node Ray cluster started on
+this box with `ray.cluster_utils.Cluster`: one CPU per node, so three one-CPU actors land on
+three nodes, and the run learns as the one-node ActorQ test does."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import metric_history, run_job
+from test_actorq import LEARNS
+
+
+@pytest.mark.slow
+def test_actors_spread_over_a_three_node_cluster_and_the_run_learns(tmp_path):
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        for _ in range(2):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        result = run_job(tmp_path, *LEARNS, "scheduler=actorq", "actors=ray", "actors.n=3",
+                         f"actors.address={cluster.address}", "actors.pull_every=100")
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    (nodes,) = metric_history(tmp_path, result["run_id"], "actors/nodes")
+    assert nodes[1] == 3
+    assert result["return_mean_100"] > 60  # test_actorq's one-node bar (random: about 22)
