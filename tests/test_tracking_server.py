@@ -20,6 +20,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from hetrl.faults import Fault
+from hetrl.report.__main__ import main as report_main
 from hetrl.tracking import mlflow as tracking
 
 from helpers import hetrl_cli
@@ -133,6 +134,11 @@ def test_a_sweep_lands_whole_through_the_tracking_server(server, tmp_path):
     # on the server's machine, in its folder; nothing in the jobs' working directory
     assert list((folder / "artifacts").rglob("report.html"))
     assert not (tmp_path / "mlartifacts").exists() and not (tmp_path / "mlflow.db").exists()
+    # made again from the sweep's folder, found through the server
+    sweep_dir = tmp_path / parent.data.tags["sweep_dir"]
+    copy = tmp_path / "copy"
+    assert report_main([str(sweep_dir), "--tracking-uri", uri, "--out", str(copy)]) == 0
+    assert (copy / "report.html").is_file()
 
 
 def test_status_and_down_of_a_server_that_is_not_up(tmp_path):
@@ -142,7 +148,7 @@ def test_status_and_down_of_a_server_that_is_not_up(tmp_path):
     assert down.returncode == 0 and "not up" in down.stdout
 
 
-def test_a_tracking_uri_that_does_not_answer_is_named_at_once(monkeypatch):
+def test_a_tracking_uri_that_does_not_answer_is_named_at_once(monkeypatch, capsys):
     monkeypatch.setattr(tracking, "SERVER_WAIT_S", 1.0)
     monkeypatch.setattr(tracking, "_SILENT", set())
     uri = f"http://127.0.0.1:{free_port()}"
@@ -156,6 +162,8 @@ def test_a_tracking_uri_that_does_not_answer_is_named_at_once(monkeypatch):
     with pytest.raises(Fault):  # asked again in the same process: no second wait
         tracking.client_for(uri, "hetrl")
     assert time.monotonic() - began < 1
+    assert report_main(["0123456789abcdef", "--tracking-uri", uri]) == 1
+    assert f"--tracking-uri {uri} does not answer" in capsys.readouterr().err
 
 
 def test_a_server_that_is_not_mlflow_is_named():
