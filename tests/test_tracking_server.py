@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -26,36 +25,22 @@ from hetrl.tracking import mlflow as tracking
 from helpers import hetrl_cli
 
 SCRIPT = Path(__file__).parent.parent / "scripts" / "tracking-server"
-# MLflow's stores check their sessions' read-only flags only under pytest: not the server's
-# business, which runs as it would outside a test
-ENV = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
 
 
-def postgres_missing() -> str | None:
-    """Why the PostgreSQL server cannot run here (None: it can)."""
-    found = shutil.which("initdb") or next(
-        (str(p) for p in Path("/usr/lib/postgresql").glob("*/bin/initdb")), None)
-    if found is None:
-        return "no PostgreSQL: initdb not on PATH nor under /usr/lib/postgresql/*/bin"
-    if not all((Path(found).resolve().parent / t).is_file() for t in ("pg_ctl", "postgres")):
-        return f"no pg_ctl or postgres beside {found}"
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        return "no PostgreSQL driver: pip install -e '.[server]' (psycopg)"
-    if os.geteuid() == 0:
-        import pwd
+def load_script(path: Path = SCRIPT):
+    """scripts/tracking-server as a module (its file name has no .py)."""
+    from importlib.machinery import SourceFileLoader
+    from importlib.util import module_from_spec, spec_from_loader
 
-        try:
-            pwd.getpwnam("postgres")
-        except KeyError:
-            return "running as root with no user 'postgres' to run PostgreSQL as"
-    return None
+    spec = spec_from_loader("tracking_server", SourceFileLoader("tracking_server", str(path)))
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def tracking_server(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=timeout, env=ENV)
+                          timeout=timeout)
 
 
 def group_alive(pgid: int) -> list[str]:
@@ -77,7 +62,7 @@ def server(request):
     """`scripts/tracking-server up` in a folder of its own (under /tmp, open to others: as
     root PostgreSQL runs as the user postgres, which must reach it); `down` at the end, and
     then no process of the server's group and no postmaster is left."""
-    if request.param == "postgresql" and (missing := postgres_missing()):
+    if request.param == "postgresql" and (missing := load_script().postgres_missing()):
         pytest.skip(missing)
     folder = Path(tempfile.mkdtemp(prefix="hetrl-tracking-server-"))
     folder.chmod(0o755)
