@@ -94,10 +94,14 @@ def check_server(uri: str, experiment: str = "Default") -> None:
             response.status_code == 404 and "RESOURCE_DOES_NOT_EXIST" in response.text):
         return
     text = " ".join(response.text.split())[:300]
-    hint = (" (the server's --allowed-hosts does not list this host name: "
-            "scripts/tracking-server up --allowed-hosts ...)" if "host" in text.lower() else "")
+    if response.status_code == 403 and "host header" in text.lower():
+        from urllib.parse import urlsplit
+
+        raise Fault(f"tracking.uri={uri}: the server refuses the host name it was reached by "
+                    f"({text!r}): use the tracking.uri that scripts/tracking-server up printed, "
+                    f"or start it with --allowed-hosts {urlsplit(uri).netloc}")
     raise Fault(f"tracking.uri={uri} answered HTTP {response.status_code}, not as an MLflow "
-                f"tracking server: {text!r}{hint}; {start}")
+                f"tracking server: {text!r}; is that the port of one? {start}")
 
 
 def _why(error: Exception) -> str:
