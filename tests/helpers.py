@@ -37,12 +37,15 @@ def tracking_uri(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
-def hetrl_cli(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`python -m hetrl <args>` in tmp_path, tracking there; outputs captured."""
+def hetrl_cli(tmp_path: Path, *args: str, timeout: float = 600,
+              uri: str | None = None) -> subprocess.CompletedProcess:
+    """`python -m hetrl <args>` in tmp_path, tracking there (or to `uri`: a tracking
+    server's); outputs captured."""
     flags = [a for a in args if a.startswith("-")]
     overrides = [a for a in args if not a.startswith("-")]
     return subprocess.run(
-        [sys.executable, "-m", "hetrl", *flags, f"tracking.uri={tracking_uri(tmp_path)}", *overrides],
+        [sys.executable, "-m", "hetrl", *flags, f"tracking.uri={uri or tracking_uri(tmp_path)}",
+         *overrides],
         cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
         env={**os.environ, "HYDRA_FULL_ERROR": "0"},
     )

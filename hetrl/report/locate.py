@@ -12,9 +12,15 @@ from hetrl.report.runs import ReportError
 
 def open_store(uri: str) -> MlflowClient:
     """A client of the tracking store at `uri`; a sqlite store must exist (MLflow would make
-    an empty one)."""
-    from hetrl.tracking.mlflow import store_uri
+    an empty one), a tracking server must answer (MLflow's client would retry for minutes)."""
+    from hetrl.faults import Fault
+    from hetrl.tracking.mlflow import check_server, store_uri
 
+    if uri.startswith(("http://", "https://")):
+        try:
+            check_server(uri)
+        except Fault as error:
+            raise ReportError(str(error).replace("tracking.uri=", "--tracking-uri ", 1)) from None
     if uri.startswith("sqlite:///"):
         db = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
         if not db.is_file():

@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Mapping
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# a tracking server's client prints "View run ... at: <url>" when a run ends: hetrl's start
+# line and end summary name the run already
+os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -39,7 +42,11 @@ def client_for(uri: str, experiment: str) -> tuple[MlflowClient, str]:
     connection waits up to SQLITE_BUSY_S for a lock (`store_uri`), and the schema and the
     experiment are created under a file lock beside the database (MLflow's own store creates
     its tables unguarded: two jobs starting together on a new store lost one of them).
+    An http(s) store (a tracking server: scripts/tracking-server) must answer first
+    (`check_server`).
     """
+    if uri.startswith(("http://", "https://")):
+        check_server(uri, experiment)
     if not uri.startswith("sqlite:///"):
         client = MlflowClient(tracking_uri=uri)
         return client, _experiment_id(client, experiment, None)
@@ -47,12 +54,67 @@ def client_for(uri: str, experiment: str) -> tuple[MlflowClient, str]:
     _check_writable(db, uri)
     artifact_location = (db.parent / "mlartifacts").resolve().as_uri()
     with _file_lock(db.with_name(db.name + ".lock")):
-        _wal(db)
+        wal_mode(db)
         client = MlflowClient(tracking_uri=store_uri(uri))
         return client, _experiment_id(client, experiment, artifact_location)
 
 
 SQLITE_BUSY_S = 60  # how long a sqlite connection waits for another writer's lock
+SERVER_WAIT_S = 10.0  # how long a tracking server that does not answer is retried
+_SILENT: set[str] = set()  # servers that did not answer in this process: not waited for again
+
+
+def check_server(uri: str, experiment: str = "Default") -> None:
+    """Raise a Fault naming `uri` unless an MLflow tracking server answers there within
+    SERVER_WAIT_S seconds (MLflow's client retries a refused connection for ~4 minutes
+    before it says so), once per process (a sweep's next job asks again, and fails at once).
+    It is asked for `experiment` by name, with the client's credentials
+    (MLFLOW_TRACKING_USERNAME, ...): 200, or 404 with MLflow's error code, is an answer."""
+    from mlflow.utils.credentials import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request
+
+    start = "start one with scripts/tracking-server up (it prints the tracking.uri to use)"
+    deadline = time.monotonic() + (0 if uri in _SILENT else SERVER_WAIT_S)
+    while True:
+        try:
+            response = http_request(get_default_host_creds(uri),
+                                    "/api/2.0/mlflow/experiments/get-by-name", "GET",
+                                    params={"experiment_name": experiment}, max_retries=0,
+                                    timeout=SERVER_WAIT_S)
+            break
+        except Exception as error:  # noqa: BLE001 - refused, unknown host, no answer: named
+            if time.monotonic() < deadline:
+                time.sleep(1.0)
+                continue
+            _SILENT.add(uri)
+            raise Fault(f"tracking.uri={uri} does not answer ({_why(error)}): is the tracking "
+                        f"server up, at that host and port? {start}, or track to a local "
+                        "store: tracking.uri=sqlite:///runs/mlflow.db") from None
+    if response.status_code == 200 or (
+            response.status_code == 404 and "RESOURCE_DOES_NOT_EXIST" in response.text):
+        return
+    text = " ".join(response.text.split())[:300]
+    if response.status_code == 403 and "host header" in text.lower():
+        from urllib.parse import urlsplit
+
+        raise Fault(f"tracking.uri={uri}: the server refuses the host name it was reached by "
+                    f"({text!r}): use the tracking.uri that scripts/tracking-server up printed, "
+                    f"or start it with --allowed-hosts {urlsplit(uri).netloc}")
+    raise Fault(f"tracking.uri={uri} answered HTTP {response.status_code}, not as an MLflow "
+                f"tracking server: {text!r}; is that the port of one? {start}")
+
+
+def _why(error: Exception) -> str:
+    """A few words for why a request got no answer."""
+    text = str(error)
+    for words, why in (("refused", "connection refused"),
+                       ("Name or service not known", "unknown host"),
+                       ("NameResolution", "unknown host"), ("getaddrinfo", "unknown host"),
+                       ("timed out", f"no answer within {SERVER_WAIT_S:.0f} s"),
+                       ("Timeout", f"no answer within {SERVER_WAIT_S:.0f} s")):
+        if words in text:
+            return why
+    return text[:200]
 
 
 def store_uri(uri: str) -> str:
@@ -63,7 +125,7 @@ def store_uri(uri: str) -> str:
     return f"{uri}{'&' if '?' in uri else '?'}timeout={SQLITE_BUSY_S}"
 
 
-def _wal(db: Path) -> None:
+def wal_mode(db: Path) -> None:
     """Put the database in WAL mode (kept in the file: once is enough): readers no longer
     block the writer, and writers wait on one another instead of failing."""
     import sqlite3
