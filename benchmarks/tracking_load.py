@@ -1,7 +1,7 @@
 """Sustained MLflow write load: metric rows/s and p99 `log_batch` latency for 1, 4 and 8
 concurrent writers (processes, as a parallel sweep's jobs are) on three stores: one sqlite
 file in WAL mode with a busy timeout (hetrl.tracking.mlflow.client_for), and a tracking
-server (`scripts/tracking-server up`) on sqlite and on PostgreSQL. No anchor publishes this
+server (`python -m hetrl.tracking.server up`) on sqlite and on PostgreSQL. No anchor publishes this
 figure.
 
     python benchmarks/tracking_load.py           # 1/4/8 writers, 100 batches of 100 rows each
@@ -31,9 +31,10 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from common import ROOT, host_line, table
+from common import host_line, table
 
-SCRIPT = ROOT / "scripts" / "tracking-server"
+from hetrl.tracking import server as tracking_server
+
 STORES = ("sqlite", "server+sqlite", "server+PostgreSQL")
 
 
@@ -84,19 +85,8 @@ def measure(uri: str, writers: int, batches: int, rows: int) -> tuple[float, flo
     return writers * batches * rows / wall, p99, errors
 
 
-def tracking_server():
-    """scripts/tracking-server as a module (its file name has no .py)."""
-    from importlib.machinery import SourceFileLoader
-    from importlib.util import module_from_spec, spec_from_loader
-
-    spec = spec_from_loader("tracking_server", SourceFileLoader("tracking_server", str(SCRIPT)))
-    module = module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 class Server:
-    """`scripts/tracking-server up` in a folder of its own under /tmp (open to others: as
+    """`python -m hetrl.tracking.server up` in a folder of its own under /tmp (open to others: as
     root PostgreSQL runs as the user postgres); `down` removes the folder too."""
 
     def __init__(self, backend: str, workers: int | None) -> None:
@@ -106,7 +96,7 @@ class Server:
         self.state: dict = {}
 
     def _script(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(SCRIPT), *args, "--dir", str(self.folder)],
+        return subprocess.run([sys.executable, "-m", "hetrl.tracking.server", *args, "--dir", str(self.folder)],
                               capture_output=True, text=True, timeout=600)
 
     def up(self) -> str:
@@ -132,12 +122,11 @@ class Server:
         0.1 s), with the script's bound on them: `peak`, `bound`, `how`."""
         import psycopg
 
-        module = tracking_server()
-        uri = module.postgres_uri(self.folder, self.state["postgres"], "postgres")
+        uri = tracking_server.postgres_uri(self.folder, self.state["postgres"], "postgres")
         pool, overflow = map(int, self.state["pool"].split("+"))
         workers = self.state["workers"]
-        found = {"peak": 0, "bound": module.connection_bound(workers, pool, overflow),
-                 "how": f"({workers} workers + 1) x {module.ENGINES} engines x "
+        found = {"peak": 0, "bound": tracking_server.connection_bound(workers, pool, overflow),
+                 "how": f"({workers} workers + 1) x {tracking_server.ENGINES} engines x "
                         f"(pool {pool} + overflow {overflow})"}
         done = threading.Event()
 
@@ -188,7 +177,7 @@ def main() -> None:
     print(host_line("mlflow"))
     results, notes = [], []
     for store in stores:
-        if store == "server+PostgreSQL" and (missing := tracking_server().postgres_missing()):
+        if store == "server+PostgreSQL" and (missing := tracking_server.postgres_missing()):
             notes.append(f"server+PostgreSQL not measured: {missing}")
             continue
         with serving(store, workers) as (uri, server), ExitStack() as stack:
@@ -204,7 +193,7 @@ def main() -> None:
                              f"the store (bound {connections['bound']}: {connections['how']})")
     table(["store", "writers", "metric rows/s", "p99 log_batch ms", "failed batches"], results,
           title=f"{batches} batches of {rows} rows per writer; sqlite: WAL, busy timeout; "
-                "server: scripts/tracking-server", align="lrrrr")
+                "server: python -m hetrl.tracking.server", align="lrrrr")
     for note in notes:
         print(note)
     print(host_line("mlflow").split("; ")[0])

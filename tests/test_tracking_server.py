@@ -1,4 +1,4 @@
-"""A sweep through a real tracking server (`scripts/tracking-server up`: `mlflow server` on
+"""A sweep through a real tracking server (`python -m hetrl.tracking.server up`: `mlflow server` on
 sqlite always, on PostgreSQL where it is installed), read back through the server; nothing
 is left running after `down`."""
 
@@ -21,26 +21,14 @@ from mlflow.tracking import MlflowClient
 from hetrl.faults import Fault
 from hetrl.report.__main__ import main as report_main
 from hetrl.tracking import mlflow as tracking
+from hetrl.tracking.server import postgres_missing
 
 from helpers import hetrl_cli
 
-SCRIPT = Path(__file__).parent.parent / "scripts" / "tracking-server"
-
-
-def load_script(path: Path = SCRIPT):
-    """scripts/tracking-server as a module (its file name has no .py)."""
-    from importlib.machinery import SourceFileLoader
-    from importlib.util import module_from_spec, spec_from_loader
-
-    spec = spec_from_loader("tracking_server", SourceFileLoader("tracking_server", str(path)))
-    module = module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def tracking_server(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "hetrl.tracking.server", *args],
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def group_alive(pgid: int) -> list[str]:
@@ -59,10 +47,10 @@ def group_alive(pgid: int) -> list[str]:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def server(request):
-    """`scripts/tracking-server up` in a folder of its own (under /tmp, open to others: as
+    """`python -m hetrl.tracking.server up` in a folder of its own (under /tmp, open to others: as
     root PostgreSQL runs as the user postgres, which must reach it); `down` at the end, and
     then no process of the server's group and no postmaster is left."""
-    if request.param == "postgresql" and (missing := load_script().postgres_missing()):
+    if request.param == "postgresql" and (missing := postgres_missing()):
         pytest.skip(missing)
     folder = Path(tempfile.mkdtemp(prefix="hetrl-tracking-server-"))
     folder.chmod(0o755)
@@ -141,7 +129,7 @@ def test_a_tracking_uri_that_does_not_answer_is_named_at_once(monkeypatch, capsy
     with pytest.raises(Fault, match=re.escape(f"tracking.uri={uri} does not answer "
                                               "(connection refused)")) as error:
         tracking.client_for(uri, "hetrl")
-    assert "scripts/tracking-server up" in str(error.value)
+    assert "python -m hetrl.tracking.server up" in str(error.value)
     assert time.monotonic() - began < 10  # MLflow's own client retries for minutes
     began = time.monotonic()
     with pytest.raises(Fault):  # asked again in the same process: no second wait

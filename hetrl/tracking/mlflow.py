@@ -42,7 +42,7 @@ def client_for(uri: str, experiment: str) -> tuple[MlflowClient, str]:
     connection waits up to SQLITE_BUSY_S for a lock (`store_uri`), and the schema and the
     experiment are created under a file lock beside the database (MLflow's own store creates
     its tables unguarded: two jobs starting together on a new store lost one of them).
-    An http(s) store (a tracking server: scripts/tracking-server) must answer first
+    An http(s) store (a tracking server: python -m hetrl.tracking.server) must answer first
     (`check_server`).
     """
     if uri.startswith(("http://", "https://")):
@@ -73,7 +73,7 @@ def check_server(uri: str, experiment: str = "Default") -> None:
     from mlflow.utils.credentials import get_default_host_creds
     from mlflow.utils.rest_utils import http_request
 
-    start = "start one with scripts/tracking-server up (it prints the tracking.uri to use)"
+    start = "start one with python -m hetrl.tracking.server up (it prints the tracking.uri to use)"
     deadline = time.monotonic() + (0 if uri in _SILENT else SERVER_WAIT_S)
     while True:
         try:
@@ -98,7 +98,7 @@ def check_server(uri: str, experiment: str = "Default") -> None:
         from urllib.parse import urlsplit
 
         raise Fault(f"tracking.uri={uri}: the server refuses the host name it was reached by "
-                    f"({text!r}): use the tracking.uri that scripts/tracking-server up printed, "
+                    f"({text!r}): use the tracking.uri that python -m hetrl.tracking.server up printed, "
                     f"or start it with --allowed-hosts {urlsplit(uri).netloc}")
     raise Fault(f"tracking.uri={uri} answered HTTP {response.status_code}, not as an MLflow "
                 f"tracking server: {text!r}; is that the port of one? {start}")

@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
 """An MLflow tracking server for jobs on many machines: `mlflow server` on PostgreSQL.
 
-    scripts/tracking-server up                      # PostgreSQL, http://127.0.0.1:5000
-    scripts/tracking-server up --host 0.0.0.0       # reachable from the other machines
-    scripts/tracking-server up --backend sqlite     # no PostgreSQL needed (one machine)
-    scripts/tracking-server status
-    scripts/tracking-server down
+    python -m hetrl.tracking.server up                      # PostgreSQL, http://127.0.0.1:5000
+    python -m hetrl.tracking.server up --host 0.0.0.0       # reachable from the other machines
+    python -m hetrl.tracking.server up --backend sqlite     # no PostgreSQL needed (one machine)
+    python -m hetrl.tracking.server status
+    python -m hetrl.tracking.server down
 
 `up` prints the `tracking.uri=http://host:port` to give the jobs. Everything lives in one
 folder (--dir, default runs/tracking-server): a private PostgreSQL cluster (postgres/, its
@@ -58,7 +57,7 @@ def connection_bound(workers: int, pool_size: int, max_overflow: int) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="scripts/tracking-server",
+    parser = argparse.ArgumentParser(prog="python -m hetrl.tracking.server",
                                      description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -396,7 +395,7 @@ def signal_group(pgid: int, signum: int) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     state = read_state(args.dir)
     if state is None:
-        print(f"not up: no {args.dir / STATE} (start it: scripts/tracking-server up)")
+        print(f"not up: no {args.dir / STATE} (start it: python -m hetrl.tracking.server up)")
         return 3
     alive = group_alive(state["pid"])
     answering = alive and answers(f"http://{local_name(state['host'])}:{state['port']}")
