@@ -193,13 +193,27 @@ def _check_algo_fits_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> N
 
 
 def _check_actors_fit_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> None:
-    """An actor pool (the class flag `pool`) runs only under a scheduler that drives one."""
-    wants_pool = getattr(get_class(cfg.scheduler._target_), "actor_pool", False)
-    if get_class(cfg.actors._target_).pool != wants_pool:
-        fitting = [o for o in group_options("actors") if option_class("actors", o).pool == wants_pool]
+    """An actor pool (the class flag `pool`) runs only under a scheduler that drives one; a
+    scheduler with the class flag `ray_workers` (selfplay) also takes a Ray pool (the flag
+    `ray`), which places its `workers` on Ray (so it needs at least one)."""
+    scheduler, actors = get_class(cfg.scheduler._target_), get_class(cfg.actors._target_)
+    wants_pool = getattr(scheduler, "actor_pool", False)
+    ray_workers = getattr(scheduler, "ray_workers", False)
+    if ray_workers and getattr(actors, "ray", False):
+        if cfg.scheduler.workers < 1:
+            raise ConfigError(
+                f"actors={choices['actors']} places scheduler={choices['scheduler']}'s "
+                f"self-play workers on Ray, but scheduler.workers is {cfg.scheduler.workers}: "
+                "set scheduler.workers >= 1 or choose actors=local")
+        return
+    if actors.pool != wants_pool:
+        fitting = [o for o in group_options("actors")
+                   if option_class("actors", o).pool == wants_pool
+                   or (ray_workers and getattr(option_class("actors", o), "ray", False))]
         raise ConfigError(
             f"actors={choices['actors']} does not fit scheduler={choices['scheduler']}: "
-            f"choose actors from {fitting} (scheduler=actorq runs an actor pool, the other "
+            f"choose actors from {fitting} (scheduler=actorq runs an actor pool, "
+            "scheduler=selfplay places its workers on Ray with actors=ray, the other "
             "schedulers act in the learner's process)"
         )
 

@@ -30,13 +30,33 @@ class _RayActor:
 
     def node(self) -> str:
         """The Ray node this actor was placed on: its IP and node id."""
-        import ray
+        return ray_node()
 
-        context = ray.get_runtime_context()
-        return f"{ray.util.get_node_ip_address()}/{context.get_node_id()[:12]}"
+
+def ray_node() -> str:
+    """The Ray node the calling actor runs on: its IP and node id."""
+    import ray
+
+    context = ray.get_runtime_context()
+    return f"{ray.util.get_node_ip_address()}/{context.get_node_id()[:12]}"
+
+
+def init_ray(address: str | None, num_cpus: int) -> bool:
+    """Join the cluster at `address`, or start Ray here with `num_cpus` CPUs (address None),
+    unless Ray is up in this process already; whether this call started it (then the caller
+    shuts it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    local = {} if address else {"num_cpus": num_cpus, "include_dashboard": False}
+    ray.init(address=address, log_to_driver=False, **local)
+    return True
 
 
 class RayActors(ActorPool):
+    ray = True  # scheduler=selfplay places its workers on this Ray (validation reads this)
+
     def __init__(self, address: str | None, **pool) -> None:
         super().__init__(**pool)
         self.address = address
@@ -50,10 +70,7 @@ class RayActors(ActorPool):
               seed: int) -> None:
         import ray
 
-        if not ray.is_initialized():
-            local = {} if self.address else {"num_cpus": self.n, "include_dashboard": False}
-            ray.init(address=self.address, log_to_driver=False, **local)
-            self.started_ray = True
+        self.started_ray = init_ray(self.address, self.n)
         remote = ray.remote(num_cpus=1)(_RayActor)
         copy = ray.put(cpu_copy(learner))
         self.handles = [remote.remote(rank, self.n, copy, make_envs, seed, self.spec)

@@ -17,7 +17,7 @@ Self-play plays with `best` (the last generation that passed gating); training u
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -280,6 +280,18 @@ def play_games(n_games: int, concurrent: int, game: GoGame, evaluate, cfg: Searc
     `on_game(record)` is called as each game ends (a worker writes it at once); with
     `max_positions`, no new game starts once that many moves have been played."""
     records: list[GameRecord] = []
+    for record in iter_games(n_games, concurrent, game, evaluate, cfg, rng, stats,
+                             max_positions):
+        records.append(record)
+        if on_game is not None:
+            on_game(record)
+    return records
+
+
+def iter_games(n_games: int, concurrent: int, game: GoGame, evaluate, cfg: SearchConfig,
+               rng: np.random.Generator, stats: SearchStats | None = None,
+               max_positions: int | None = None) -> Iterator[GameRecord]:
+    """`play_games`, each game yielded as it ends."""
     started, played = 0, 0
     live: list[_Game] = []
     softpicks = cfg.softpicks(game)
@@ -325,14 +337,10 @@ def play_games(n_games: int, concurrent: int, game: GoGame, evaluate, cfg: Searc
                 g.moves.append(action)
                 played += 1
             if g.resigned_by or g.pos.is_terminal():
-                record = _finish(g, game)
-                records.append(record)
-                if on_game is not None:
-                    on_game(record)
+                yield _finish(g, game)
             else:
                 still.append(g)
         live = still
-    return records
 
 
 def _finish(g: _Game, game: GoGame) -> GameRecord:

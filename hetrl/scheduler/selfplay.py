@@ -42,19 +42,22 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import queue
+import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 
+from hetrl.actors.ray import RayActors, init_ray, ray_node
 from hetrl.algos.alphazero import (
     AlphaZero,
     GameRecord,
     PolicyValueNet,
     evaluator,
+    iter_games,
     match,
     play_games,
     result,
@@ -64,7 +67,7 @@ from hetrl.algos.mcts import SearchConfig, SearchStats
 from hetrl.algos.pure_mcts import PureMcts
 from hetrl.config.enums import Agents
 from hetrl.envs.go import GoGame, area_owner
-from hetrl.scheduler.context import Stopped, Training, loop_metrics
+from hetrl.scheduler.context import Stopped, Training, loop_metrics, report_placement
 from hetrl.scheduler.dataparallel import DataParallelTrainers
 from hetrl.scheduler.state import LoopState, PhaseTimer
 from hetrl.tracking.plots import go_board
@@ -76,6 +79,7 @@ class SelfPlayScheduler:
     on_policy = False
     agents = (Agents.game,)
     uses_replay = False  # keeps its own window of generations (validation reads this)
+    ray_workers = True  # actors=ray places the workers on Ray (validation reads this)
 
     def __init__(self, workers: int, trainers: int, games_per_generation: int,
                  concurrent_games: int, generations: int, window: int, train_steps: int,
@@ -106,7 +110,11 @@ class SelfPlayScheduler:
         timer = PhaseTimer(state.phase_s)
         wall_start, wall_before = time.perf_counter(), sp.get("wall_s", 0.0)  # workers included
         rng = np.random.default_rng(t.seed + 1000 * sp["generation"])
-        pool = _WorkerPool(self.workers, game, learner, t.seed) if self.workers > 0 else None
+        pool: _Pool | None = None
+        if isinstance(t.actors, RayActors):  # actors=ray: the workers as Ray actors
+            pool = _RayWorkerPool(self.workers, game, learner, t.seed, t.actors.address)
+        elif self.workers > 0:
+            pool = _WorkerPool(self.workers, game, learner, t.seed)
         trainers = None
         if self.trainers > 1:
             trainers = DataParallelTrainers(self.trainers, learner, t.seed)
@@ -115,6 +123,8 @@ class SelfPlayScheduler:
         metrics: dict[str, float] = {}
         learner_metrics: dict[str, Any] = {}
         try:
+            if pool is not None:  # where the workers run, as ActorQ's pool reports it
+                report_placement(t, state.step, pool.placement())
             while (sp["generation"] < self.generations and state.step < t.steps
                    and not sp.get("out_of_time")):
                 if t.stop.is_set():
@@ -299,21 +309,91 @@ def _eval_config(cfg: SearchConfig, readouts: int) -> SearchConfig:
     return SearchConfig(**{**vars(cfg), "readouts": readouts})
 
 
-class _WorkerPool:
-    """Self-play worker processes that live as long as the loop: each generation they take
-    the latest `best` weights and their share of the games, and send each game back as it
-    ends."""
+def _worker_spec(game: GoGame, learner: AlphaZero) -> dict:
+    """What a worker builds its game and network from."""
+    return {"board_size": game.n, "komi": game.komi, "history": game.history,
+            "liberties": game.liberties, "max_moves": game.max_moves,
+            "width": learner.width, "blocks": learner.blocks}
+
+
+class SelfPlayWorker:
+    """What a self-play worker does, wherever it runs (an OS process of `_WorkerPool` or a
+    Ray actor of `_RayWorkerPool`): each generation it loads the latest `best` weights, plays
+    its share of the games and yields each game as it ends, then its search counts."""
+
+    def __init__(self, rank: int, spec: dict, search: dict, seed: int) -> None:
+        torch.set_num_threads(1)
+        self.rank, self.seed = rank, seed
+        self.game = GoGame(spec["board_size"], spec["komi"], spec["history"],
+                           spec["liberties"], spec["max_moves"])
+        self.net = PolicyValueNet(self.game.planes, self.game.n, spec["width"], spec["blocks"])
+        self.cfg = SearchConfig(**search)
+
+    def play(self, gen: int, weights: dict[str, torch.Tensor], n_games: int, concurrent: int,
+             budget: int) -> Iterator[tuple[str, Any]]:
+        """("game", record) for each game as it ends, then ("done", (leaves, batches))."""
+        self.net.load_state_dict(weights)
+        rng = np.random.default_rng([self.seed, gen, self.rank])
+        stats = SearchStats()
+        for record in iter_games(n_games, concurrent, self.game, evaluator(self.net, self.game),
+                                 self.cfg, rng, stats, max_positions=budget):
+            yield "game", record
+        yield "done", (stats.leaves, stats.batches)
+
+    def node(self) -> str:
+        """The Ray node this worker runs on (asked of Ray actors only)."""
+        return ray_node()
+
+
+class _Pool:
+    """Self-play workers that live as long as the loop: each generation they take the latest
+    `best` weights and their share of the games, and send each game back as it ends.
+    Subclasses run them somewhere (OS processes, Ray actors)."""
+
+    n: int
+    learner: AlphaZero
+
+    def tasks(self, games: int, concurrent: int, budget: int,
+              gen: int) -> list[tuple[int, int, int, int]]:
+        """Each worker's (generation, games, concurrent games, move budget)."""
+        n = self.n
+        return [(gen, games // n + (rank < games % n), max(1, concurrent // n), -(-budget // n))
+                for rank in range(n)]
+
+    def placement(self) -> dict[int, str]:
+        """Where each worker runs: rank -> node."""
+        return dict.fromkeys(range(self.n), socket.gethostname())
+
+    def play(self, games: int, concurrent: int, budget: int, gen: int,
+             stats: SearchStats) -> list[GameRecord]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+def _take(item: tuple[str, Any], records: list[GameRecord], stats: SearchStats) -> bool:
+    """File a worker's message; whether it was its last of the generation."""
+    kind, payload = item
+    if kind == "game":
+        records.append(payload)
+        return False
+    stats.leaves += payload[0]
+    stats.batches += payload[1]
+    return True
+
+
+class _WorkerPool(_Pool):
+    """The workers as OS processes, fed through task queues, games back through one queue."""
 
     def __init__(self, n: int, game: GoGame, learner: AlphaZero, seed: int) -> None:
         ctx = mp.get_context("spawn")
-        self.learner = learner
+        self.n, self.learner = n, learner
         self.results: Any = ctx.Queue()
-        self.tasks = [ctx.Queue() for _ in range(n)]
-        spec = {"board_size": game.n, "komi": game.komi, "history": game.history,
-                "liberties": game.liberties, "max_moves": game.max_moves,
-                "width": learner.width, "blocks": learner.blocks}
+        self.queues = [ctx.Queue() for _ in range(n)]
+        spec = _worker_spec(game, learner)
         self.procs = [ctx.Process(target=_worker, args=(rank, spec, vars(learner.search),
-                                                        seed, self.tasks[rank], self.results),
+                                                        seed, self.queues[rank], self.results),
                                   daemon=True) for rank in range(n)]
         for p in self.procs:
             p.start()
@@ -321,35 +401,82 @@ class _WorkerPool:
     def play(self, games: int, concurrent: int, budget: int, gen: int,
              stats: SearchStats) -> list[GameRecord]:
         weights = plain_state_dict(self.learner.best)
-        n = len(self.procs)
-        shares = [games // n + (rank < games % n) for rank in range(n)]
-        for rank, q in enumerate(self.tasks):
-            q.put((gen, weights, shares[rank], max(1, concurrent // n), -(-budget // n)))
-        records, done = [], 0
-        while done < n:
+        for q, (gen, share, conc, budget_) in zip(self.queues,
+                                                  self.tasks(games, concurrent, budget, gen)):
+            q.put((gen, weights, share, conc, budget_))
+        records: list[GameRecord] = []
+        done = 0
+        while done < self.n:
             try:
-                kind, payload = self.results.get(timeout=5)
+                item = self.results.get(timeout=5)
             except queue.Empty:
                 if dead := [rank for rank, p in enumerate(self.procs) if not p.is_alive()]:
                     raise RuntimeError(f"self-play workers {dead} died") from None
                 continue
-            if kind == "game":
-                records.append(payload)
-            elif kind == "done":
-                stats.leaves += payload[0]
-                stats.batches += payload[1]
-                done += 1
-            else:
-                raise RuntimeError(f"self-play worker failed:\n{payload}")
+            if item[0] == "error":
+                raise RuntimeError(f"self-play worker failed:\n{item[1]}")
+            done += _take(item, records, stats)
         return records
 
     def close(self) -> None:
-        for q in self.tasks:
+        for q in self.queues:
             q.put(None)
         for p in self.procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.terminate()
+
+
+class _RayWorkerPool(_Pool):
+    """The workers as Ray actors (`actors=ray`: Ray started here, or the cluster at
+    `actors.address`), one CPU each; the weights go out once a generation through Ray's object
+    store and each game comes back through it as it ends (a streaming generator)."""
+
+    def __init__(self, n: int, game: GoGame, learner: AlphaZero, seed: int,
+                 address: str | None) -> None:
+        import ray
+
+        self.n, self.learner = n, learner
+        self.started_ray = init_ray(address, n)
+        remote = ray.remote(num_cpus=1)(SelfPlayWorker)
+        spec = _worker_spec(game, learner)
+        self.handles = [remote.remote(rank, spec, vars(learner.search), seed)
+                        for rank in range(n)]
+        self.nodes = ray.get([handle.node.remote() for handle in self.handles])
+
+    def placement(self) -> dict[int, str]:
+        return dict(enumerate(self.nodes))
+
+    def play(self, games: int, concurrent: int, budget: int, gen: int,
+             stats: SearchStats) -> list[GameRecord]:
+        import ray
+
+        weights = ray.put(plain_state_dict(self.learner.best))
+        streams = [handle.play.options(num_returns="streaming").remote(
+                       gen_, weights, share, conc, budget_)
+                   for handle, (gen_, share, conc, budget_)
+                   in zip(self.handles, self.tasks(games, concurrent, budget, gen))]
+        records: list[GameRecord] = []
+        while streams:
+            ready, _ = ray.wait(streams, num_returns=1)
+            for stream in ready:
+                try:
+                    ref = next(stream)
+                except StopIteration:
+                    streams.remove(stream)
+                    continue
+                _take(ray.get(ref), records, stats)
+        return records
+
+    def close(self) -> None:
+        import ray
+
+        for handle in self.handles:
+            ray.kill(handle)
+        self.handles = []
+        if self.started_ray:
+            ray.shutdown()
+            self.started_ray = False
 
 
 def plain_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -367,22 +494,13 @@ def plain_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _worker(rank: int, spec: dict, search: dict, seed: int, tasks: Any, results: Any) -> None:
+    """A process worker: a SelfPlayWorker serving its task queue."""
     import traceback
 
-    torch.set_num_threads(1)
     try:
-        game = GoGame(spec["board_size"], spec["komi"], spec["history"], spec["liberties"],
-                      spec["max_moves"])
-        net = PolicyValueNet(game.planes, game.n, spec["width"], spec["blocks"])
-        cfg = SearchConfig(**search)
+        worker = SelfPlayWorker(rank, spec, search, seed)
         while (task := tasks.get()) is not None:
-            gen, weights, n_games, concurrent, budget = task
-            net.load_state_dict(weights)
-            rng = np.random.default_rng([seed, gen, rank])
-            stats = SearchStats()
-            play_games(n_games, concurrent, game, evaluator(net, game), cfg, rng, stats,
-                       on_game=lambda record: results.put(("game", record)),
-                       max_positions=budget)
-            results.put(("done", (stats.leaves, stats.batches)))
+            for item in worker.play(*task):
+                results.put(item)
     except Exception:  # the loop reports it
         results.put(("error", traceback.format_exc()))
