@@ -6,7 +6,9 @@ Each generation:
 Training is data-parallel over `trainers` ranks (`hetrl.scheduler.dataparallel`: DDP over
 gloo, the global batch split evenly) when `trainers` > 1.
 
-1. **Self-play.** `workers` processes (0: this process) each play their share of
+1. **Self-play.** `workers` processes (0: this process; with `actors=ray` Ray actors, on a
+   local Ray or the cluster at `actors.address`, placement logged as `actors/nodes` and
+   `actors/placement.json`; both run `SelfPlayWorker`) each play their share of
    `games_per_generation` games with `best`, `concurrent_games` at a time with their leaf
    evaluations batched (`hetrl.algos.mcts`); each finished game comes back at once and goes
    into the window (C.1.4's "write each game as it ends").
