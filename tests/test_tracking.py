@@ -76,16 +76,28 @@ def test_a_sweep_across_action_spaces_is_one_parent_with_children(tmp_path, clie
     assert "python -m hetrl" in notes[0] and "algo=ddpg" in notes[0] and "algo=dqn" in notes[1]
 
 
+LAUNCHERS = {  # a launcher that runs jobs outside this process, and what it prints
+    "joblib": (("hydra/launcher=joblib", "hydra.launcher.n_jobs=2"), "Joblib.Parallel(n_jobs=2"),
+    # submitit's local executor: each job a task of its own (the path a SLURM sweep takes,
+    # hydra/launcher=submitit_slurm, less the cluster)
+    "submitit_local": (("hydra/launcher=submitit_local",), "Submitit 'local' sweep output dir"),
+}
+
+
 @pytest.mark.slow
-def test_a_joblib_sweep_runs_jobs_in_other_processes_under_one_parent(tmp_path, client):
-    """Jobs in loky workers find the parent through their config, not this process's
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_a_sweep_in_other_processes_is_one_parent_with_a_child_per_job(tmp_path, client,
+                                                                        launcher):
+    """Jobs run by the launcher find the parent through their config, not this process's
     environment; the parent closes FINISHED with its summary, nothing left RUNNING."""
-    out = hetrl_cli(tmp_path, "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                    "algo=dqn,ddpg", "steps=400", "algo.learning_starts=100",
-                    "algo.batch_size=32", "algo.hidden=[32]", "log_every=200",
-                    "tracking.system_metrics_s=0")
+    if launcher == "submitit_local":
+        pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    flags, printed = LAUNCHERS[launcher]
+    out = hetrl_cli(tmp_path, "-m", *flags, "algo=dqn,ddpg", "steps=400",
+                    "algo.learning_starts=100", "algo.batch_size=32", "algo.hidden=[32]",
+                    "log_every=200", "tracking.system_metrics_s=0")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "Joblib.Parallel(n_jobs=2" in out.stdout + out.stderr
+    assert printed in out.stdout + out.stderr
     runs = mlflow_runs(tmp_path)
     (parent,) = [r for r in runs if r.data.tags.get("sweep") == "true"]
     assert parent.info.status == "FINISHED" and parent.info.run_name == "sweep algo=dqn,ddpg"
@@ -96,26 +108,6 @@ def test_a_joblib_sweep_runs_jobs_in_other_processes_under_one_parent(tmp_path, 
     assert "2 jobs: 2 finished, 0 failed, 0 killed, 0 not started" in summary
     # the id travels as an override, kept out of the command that reproduces a job
     assert "parent_run_id" not in children[0].data.tags["mlflow.note.content"]
-
-
-@pytest.mark.slow
-def test_a_submitit_local_sweep_has_the_same_shape_as_a_joblib_one(tmp_path, client):
-    """submitit's local executor runs each job as a task of its own (the path a SLURM sweep
-    takes, hydra/launcher=submitit_slurm, less the cluster): one parent, a child per job."""
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    out = hetrl_cli(tmp_path, "-m", "hydra/launcher=submitit_local", "algo=dqn,ddpg",
-                    "steps=400", "algo.learning_starts=100", "algo.batch_size=32",
-                    "algo.hidden=[32]", "log_every=200", "tracking.system_metrics_s=0")
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "Submitit 'local' sweep output dir" in out.stdout + out.stderr
-    runs = mlflow_runs(tmp_path)
-    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "true"]
-    assert parent.info.status == "FINISHED" and parent.info.run_name == "sweep algo=dqn,ddpg"
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert len(runs) == 3 and sorted(c.data.tags["algo"] for c in children) == ["ddpg", "dqn"]
-    assert all(c.info.status == "FINISHED" for c in children)
-    summary = open(client.download_artifacts(parent.info.run_id, "summary.md", str(tmp_path))).read()
-    assert "2 jobs: 2 finished, 0 failed, 0 killed, 0 not started" in summary
 
 
 @pytest.mark.slow
