@@ -17,10 +17,12 @@ pass or not. DDP's broadcast of the BN statistics before each forward is not in 
 
 from __future__ import annotations
 
-import socket
+import shutil
+import tempfile
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,14 +35,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from hetrl.algos.alphazero import AlphaZero, make_learner
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def rendezvous_file() -> str:
+    """A fresh path for the ranks' rendezvous (torch's FileStore). A file, not a TCP port:
+    a port found free and bound seconds later by rank 0 (once the spawned ranks have imported
+    torch) can be taken meanwhile by any process on the host, and a rank that reaches the
+    wrong listener waits out the whole timeout."""
+    return str(Path(tempfile.mkdtemp(prefix="hetrl-ddp-")) / "rendezvous")
 
 
-def init_group(rank: int, world: int, port: int) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+def init_group(rank: int, world: int, rendezvous: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank,
                             world_size=world, timeout=timedelta(minutes=10))
 
 
@@ -119,17 +123,17 @@ class DataParallelTrainers:
                              "ranks; use scheduler.trainers=1")
         self.k, self.learner = k, learner
         ctx = mp.get_context("spawn")
-        port = free_port()
+        self.rendezvous = rendezvous_file()
         self.inbox = [ctx.Queue() for _ in range(k - 1)]
         self.outbox: Any = ctx.Queue()
         optimizer = learner.optimizer.state_dict()
         self.procs = [ctx.Process(target=_rank_main, daemon=True,
-                                  args=(rank, k, port, learner.init_kwargs, optimizer, seed,
+                                  args=(rank, k, self.rendezvous, learner.init_kwargs, optimizer, seed,
                                         self.inbox[rank - 1], self.outbox))
                       for rank in range(1, k)]
         for p in self.procs:
             p.start()
-        init_group(0, k, port)
+        init_group(0, k, self.rendezvous)
         self.ddp, self.allreduce = data_parallel(learner.net)
         self.comm: dict[str, float] = {}  # the last train's all-reduce (`AllReduceTimer.take`)
 
@@ -163,9 +167,10 @@ class DataParallelTrainers:
                 p.terminate()
         if dist.is_initialized():
             dist.destroy_process_group()
+        shutil.rmtree(Path(self.rendezvous).parent, ignore_errors=True)
 
 
-def _rank_main(rank: int, world: int, port: int, kwargs: dict, optimizer: dict, seed: int,
+def _rank_main(rank: int, world: int, rendezvous: str, kwargs: dict, optimizer: dict, seed: int,
                inbox: Any, outbox: Any) -> None:
     import traceback
 
@@ -173,7 +178,7 @@ def _rank_main(rank: int, world: int, port: int, kwargs: dict, optimizer: dict, 
     try:
         learner = make_learner(**kwargs)
         learner.optimizer.load_state_dict(optimizer)
-        init_group(rank, world, port)
+        init_group(rank, world, rendezvous)
         ddp, timer = data_parallel(learner.net)  # the same hook on every rank
         window: list = []
         rng = np.random.default_rng([seed, rank])
@@ -194,7 +199,7 @@ def _rank_main(rank: int, world: int, port: int, kwargs: dict, optimizer: dict, 
         outbox.put(("error", traceback.format_exc()))
 
 
-def ddp_gradients(rank: int, world: int, port: int, kwargs: dict, state: dict,
+def ddp_gradients(rank: int, world: int, rendezvous: str, kwargs: dict, state: dict,
                   batch: tuple, out: Any) -> None:
     """One rank's gradients after DDP's all-reduce as the trainers run it (timed by
     `AllReduceTimer`), on its shard of `batch` (numpy arrays, rows split evenly, no
@@ -204,7 +209,7 @@ def ddp_gradients(rank: int, world: int, port: int, kwargs: dict, state: dict,
     try:
         learner = make_learner(**kwargs)
         learner.net.load_state_dict(state)
-        init_group(rank, world, port)
+        init_group(rank, world, rendezvous)
         ddp, timer = data_parallel(learner.net)
         shard = tuple(torch.from_numpy(np.array_split(a, world)[rank]) for a in batch)
         loss, _ = learner.losses(shard, ddp, augmented=False, train=False)
