@@ -27,7 +27,7 @@ from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState
 from hetrl.seeding import rng_states, set_rng_states
-from hetrl.tracking.base import Tracker
+from hetrl.tracking.base import REFERENCE_TAG, Tracker
 from hetrl.tracking.plots import device_labels, eps_heatmap, gantt, learning_curve
 from hetrl.tracking.reward_error import fp32_actors_key, numerics_key, reference_metrics
 from hetrl.validation import validate
@@ -41,14 +41,15 @@ checkpoint rhythm, a store that moved. Anything else would change what is learne
 
 
 def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
-        overrides: Sequence[str] = ()) -> dict[str, Any]:
+        overrides: Sequence[str] = (), reference_for: str | None = None) -> dict[str, Any]:
     """Train one job; returns its final metrics and MLflow run id.
 
     `choices` names the chosen option of each config group (Hydra's runtime choices);
     `out_dir` receives the checkpoint. With `resume=<job dir>`, the config, choices and
     MLflow run of that job are taken from its checkpoint and the job goes on there; of the
     command line's `overrides` (Hydra's task overrides) those of RESUME_OVERRIDES apply and
-    any other that changes the job is refused.
+    any other that changes the job is refused. `reference_for` is the run id of the job that
+    trains this one as its reference (`REFERENCE_TAG`).
     """
     saved = None
     if cfg.resume:
@@ -67,8 +68,10 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
         if stop.is_set():  # sent while this process waited between two jobs of a sweep
             raise Stopped(stop.signum)
         tracker = _tracker(cfg)
-        tracker.start(name, tags={**choices, "seed": str(cfg.seed)},
-                      run_id=saved["run_id"] if saved else None)
+        tags = {**choices, "seed": str(cfg.seed)}
+        if reference_for is not None:
+            tags[REFERENCE_TAG] = reference_for
+        tracker.start(name, tags=tags, run_id=saved["run_id"] if saved else None)
         log.info("%s", _start_line(cfg, name, out_dir, tracker, saved))
         try:
             if saved is None:
@@ -78,7 +81,8 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
                               "actors_precision": cfg.actors.precision})
             results, state = _train(cfg, choices, out_dir, tracker, saved, stop, name)
             results.update(reference_metrics(cfg, choices, results, state.history,
-                                             state.history_s, out_dir, tracker, train_twin=run))
+                                             state.history_s, out_dir, tracker,
+                                             train_twin=partial(run, reference_for=tracker.run_id)))
             _log_learning_curve(tracker, cfg, state, results, out_dir, name)
         except KeyboardInterrupt as interrupt:
             if isinstance(interrupt, Stopped) and interrupt.job_dir is None:

@@ -17,6 +17,7 @@ def test_the_fp32_reference_is_trained_once_then_reused(tmp_path):
     runs = mlflow_runs(tmp_path)
     assert sorted(r.data.tags["precision"] for r in runs) == ["bf16", "fp32"]
     (reference,) = [r for r in runs if r.data.tags["precision"] == "fp32"]
+    assert reference.data.tags["reference_for"] == first["run_id"]  # not a job of its own
     expected = reward_error_pct(first["return_mean_100"],
                                 reference.data.metrics["return_mean_100"])
     assert first["reward_error_pct"] == pytest.approx(expected)

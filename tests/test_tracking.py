@@ -76,6 +76,27 @@ def test_a_sweep_across_action_spaces_is_one_parent_with_children(tmp_path, clie
     assert "python -m hetrl" in notes[0] and "algo=ddpg" in notes[0] and "algo=dqn" in notes[1]
 
 
+def test_reference_runs_a_sweep_trained_are_children_but_not_its_jobs(tmp_path, client):
+    """The fp32 run a bf16 job trains for its reward error is a child of the parent, tagged
+    with the job's run id, and counted apart: the summary and the report list the jobs."""
+    out = hetrl_cli(tmp_path, "-m", *QUICK, "precision=bf16,fp16", "algo.hidden=[32]")
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = mlflow_runs(tmp_path)
+    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "true"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    by_precision = {c.data.tags["precision"]: c for c in children}
+    assert len(children) == 3 and set(by_precision) == {"bf16", "fp16", "fp32"}
+    reference = by_precision["fp32"]  # trained by the first job, found by the second
+    assert reference.data.tags["reference_for"] == by_precision["bf16"].info.run_id
+    summary = open(client.download_artifacts(parent.info.run_id, "summary.md", str(tmp_path))).read()
+    assert "2 jobs: 2 finished" in summary and "1 reference runs" in summary
+    assert reference.info.run_name not in summary
+    assert parent.data.metrics["jobs"] == 2
+    html = open(client.download_artifacts(parent.info.run_id, "report/report.html",
+                                          str(tmp_path))).read()
+    assert by_precision["bf16"].info.run_name in html and reference.info.run_name not in html
+
+
 LAUNCHERS = {  # a launcher that runs jobs outside this process, and what it prints
     "joblib": (("hydra/launcher=joblib", "hydra.launcher.n_jobs=2"), "Joblib.Parallel(n_jobs=2"),
     # submitit's local executor: each job a task of its own (the path a SLURM sweep takes,

@@ -14,6 +14,8 @@ from pathlib import Path
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
+from hetrl.tracking.mlflow import sweep_children
+
 GROUP_TAGS = ("algo", "env", "platform", "precision", "partitioner", "scheduler", "replay",
               "actors", "seed")
 """Options every job names in a tag (its config groups' choices and its seed)."""
@@ -104,9 +106,9 @@ class Sweep:
 
 def load_sweep(client: MlflowClient, parent_id: str) -> Sweep:
     """The sweep whose parent run is `parent_id`, with the learning curve of each finished
-    job."""
+    job; the reference runs its jobs trained are not among them."""
     parent = client.get_run(parent_id)
-    jobs = [Job(run) for run in children(client, parent)]
+    jobs = [Job(run) for run in sweep_children(client, parent_id)[0]]
     keys = varying_keys(swept_keys(parent), jobs)
     curves = {job.run.info.run_id: [(m.step, m.value) for m in
                                     client.get_metric_history(job.run.info.run_id, CURVE)]
@@ -115,20 +117,6 @@ def load_sweep(client: MlflowClient, parent_id: str) -> Sweep:
             if k == "phi_p" or k.startswith("phi_p/")}
     return Sweep(parent, jobs, keys, curves, phis,
                  portability_settings(client, parent_id) if phis else [])
-
-
-def children(client: MlflowClient, parent: Run) -> list[Run]:
-    """Every child of `parent` (tag `mlflow.parentRunId`), oldest first, page by page."""
-    found, token = [], None
-    while True:
-        page = client.search_runs(
-            [parent.info.experiment_id],
-            filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
-            order_by=["attributes.start_time ASC"], page_token=token)
-        found.extend(page)
-        token = page.token
-        if not token:
-            return found
 
 
 def swept_keys(parent: Run) -> list[str]:

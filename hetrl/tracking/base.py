@@ -6,6 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Protocol
 
+REFERENCE_TAG = "reference_for"
+"""The tag of a run that a job trained as its reference (fp32 for `reward_error_pct`, fp32
+actors for `time_to_95pct_s`), valued the job's run id: in a sweep it is a child of the parent
+beside the jobs, but not one of them."""
+
 
 class Tracker(Protocol):
     run_id: str | None

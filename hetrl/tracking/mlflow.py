@@ -15,12 +15,13 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # line and end summary name the run already
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
-from mlflow.entities import Metric, Param, RunTag  # noqa: E402
+from mlflow.entities import Metric, Param, Run, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME  # noqa: E402
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH  # noqa: E402
 
 from hetrl.faults import Fault  # noqa: E402
+from hetrl.tracking.base import REFERENCE_TAG  # noqa: E402
 from hetrl.tracking.metadata import system_tags  # noqa: E402
 
 _BATCH = 100  # MLflow's limit of params per log_batch call
@@ -62,6 +63,22 @@ def client_for(uri: str, experiment: str) -> tuple[MlflowClient, str]:
 SQLITE_BUSY_S = 60  # how long a sqlite connection waits for another writer's lock
 SERVER_WAIT_S = 10.0  # how long a tracking server that does not answer is retried
 _SILENT: set[str] = set()  # servers that did not answer in this process: not waited for again
+
+
+def sweep_children(client: MlflowClient, parent_id: str) -> tuple[list[Run], list[Run]]:
+    """A sweep's child runs, oldest first, page by page: its jobs, and the reference runs
+    its jobs trained (`REFERENCE_TAG`)."""
+    parent = client.get_run(parent_id)
+    found, token = [], None
+    while True:
+        page = client.search_runs(
+            [parent.info.experiment_id], filter_string=f"tags.{MLFLOW_PARENT_RUN_ID} = '{parent_id}'",
+            order_by=["attributes.start_time ASC"], page_token=token)
+        found.extend(page)
+        if not (token := page.token):
+            break
+    jobs = [run for run in found if REFERENCE_TAG not in run.data.tags]
+    return jobs, [run for run in found if REFERENCE_TAG in run.data.tags]
 
 
 def check_server(uri: str, experiment: str = "Default") -> None:

@@ -24,6 +24,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, read_write
 
 from hetrl.sweep_stops import BASIC_LAUNCHER, stopped_by
+from hetrl.tracking.base import REFERENCE_TAG
 
 PARENT_ENV = "HETRL_PARENT_RUN_ID"  # read by the jobs' tracking config
 PARENT_KEY = "tracking.parent_run_id"  # the override that carries it to jobs run elsewhere
@@ -118,32 +119,26 @@ class MlflowSweep(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._close()
 
-    def _children(self) -> list:
-        parent = self._client().get_run(self.parent_id)
-        return self.client.search_runs(
-            [parent.info.experiment_id],
-            filter_string=f"tags.mlflow.parentRunId = '{self.parent_id}'",
-            order_by=["attributes.start_time ASC"],
-        )
-
     def _write_summary(self) -> tuple[list, int]:
-        """Write the summary of every job; the children and the number of jobs that never
-        started."""
-        children = self._children()
+        """Write the summary of every job; the children (jobs and the reference runs they
+        trained) and the number of jobs that never started."""
+        from hetrl.tracking.mlflow import sweep_children
+
+        jobs, references = sweep_children(self._client(), self.parent_id)
         header = ["run", *CHOICE_TAGS, *self.keys, "status", *SUMMARY_METRICS]
         rows = [
             [run.info.run_name, *(run.data.tags.get(t, "") for t in CHOICE_TAGS),
              *(run.data.params.get(k, "") for k in self.keys), run.info.status,
              *(_fmt(run.data.metrics.get(m)) for m in SUMMARY_METRICS)]
-            for run in children
+            for run in jobs
         ]
-        not_started = _not_started(self.jobs or [], children)
+        not_started = _not_started(self.jobs or [], jobs)
         for num, job in not_started:
             given = dict(o.split("=", 1) for o in job if "=" in o)
             rows.append([f"job {num}", *(given.get(t, "") for t in CHOICE_TAGS),
                          *(given.get(k, "") for k in self.keys), NOT_STARTED,
                          *("" for _ in SUMMARY_METRICS)])
-        counts = {s: sum(r.info.status == s for r in children)
+        counts = {s: sum(r.info.status == s for r in jobs)
                   for s in ("FINISHED", "FAILED", "KILLED")}
         text = io.StringIO()
         csv.writer(text).writerows([header, *rows])
@@ -151,15 +146,17 @@ class MlflowSweep(Callback):
         table = [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}"]
         table += [f"| {' | '.join(row)} |" for row in rows]
         counted = (f"{len(rows)} jobs: {counts['FINISHED']} finished, {counts['FAILED']} failed, "
-                   f"{counts['KILLED']} killed, {len(not_started)} not started")
+                   f"{counts['KILLED']} killed, {len(not_started)} not started"
+                   + (f"; {len(references)} reference runs trained by the jobs (children tagged "
+                      f"{REFERENCE_TAG}, not in the table)" if references else ""))
         self.client.log_text(self.parent_id, "\n".join([counted, "", *table, ""]), "summary.md")
         for key, value in (("jobs", len(rows)), ("jobs_finished", counts["FINISHED"]),
                            ("jobs_failed", counts["FAILED"]), ("jobs_killed", counts["KILLED"]),
                            ("jobs_not_started", len(not_started))):
             self.client.log_metric(self.parent_id, key, value)
-        self._log_portability(children)
-        self._log_seed_reward_errors(children)
-        return children, len(not_started)
+        self._log_portability(jobs)
+        self._log_seed_reward_errors(jobs)
+        return [*jobs, *references], len(not_started)
 
     def _log_seed_reward_errors(self, children: list) -> None:
         """The reward error of the seed means, its interval and the fp32 noise floor
