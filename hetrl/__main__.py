@@ -15,6 +15,7 @@ from hetrl.config.errors import ConfigError
 from hetrl.config.store import register
 from hetrl.faults import Fault, Stopped
 from hetrl.sweep_stops import run_job
+from hetrl.tracking.base import JOB_NUM_TAG
 
 register()
 
@@ -25,12 +26,15 @@ def main(cfg: DictConfig) -> dict:
 
     hydra_cfg = HydraConfig.get()
     runtime = hydra_cfg.runtime
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    tags = {JOB_NUM_TAG: str(hydra_cfg.job.num)} if multirun else {}
     try:
         return run_job(hydra_cfg, lambda: experiment.run(
-            cfg, runtime.choices, Path(runtime.output_dir), overrides=list(hydra_cfg.overrides.task)))
+            cfg, runtime.choices, Path(runtime.output_dir),
+            overrides=list(hydra_cfg.overrides.task), tags=tags))
     except (ConfigError, Fault) as error:
         _to_log_files(traceback.format_exc())  # the terminal gets one message
-        if hydra_cfg.mode == RunMode.MULTIRUN:
+        if multirun:
             raise  # the sweep records the failed job and goes on
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)

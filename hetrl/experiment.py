@@ -41,15 +41,15 @@ checkpoint rhythm, a store that moved. Anything else would change what is learne
 
 
 def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
-        overrides: Sequence[str] = (), reference_for: str | None = None) -> dict[str, Any]:
+        overrides: Sequence[str] = (), tags: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Train one job; returns its final metrics and MLflow run id.
 
     `choices` names the chosen option of each config group (Hydra's runtime choices);
     `out_dir` receives the checkpoint. With `resume=<job dir>`, the config, choices and
     MLflow run of that job are taken from its checkpoint and the job goes on there; of the
     command line's `overrides` (Hydra's task overrides) those of RESUME_OVERRIDES apply and
-    any other that changes the job is refused. `reference_for` is the run id of the job that
-    trains this one as its reference (`REFERENCE_TAG`).
+    any other that changes the job is refused. `tags` go on the run beside the choices (a
+    sweep's job number; `REFERENCE_TAG` on a job's reference run).
     """
     saved = None
     if cfg.resume:
@@ -68,10 +68,8 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
         if stop.is_set():  # sent while this process waited between two jobs of a sweep
             raise Stopped(stop.signum)
         tracker = _tracker(cfg)
-        tags = {**choices, "seed": str(cfg.seed)}
-        if reference_for is not None:
-            tags[REFERENCE_TAG] = reference_for
-        tracker.start(name, tags=tags, run_id=saved["run_id"] if saved else None)
+        tracker.start(name, tags={**choices, "seed": str(cfg.seed), **(tags or {})},
+                      run_id=saved["run_id"] if saved else None)
         log.info("%s", _start_line(cfg, name, out_dir, tracker, saved))
         try:
             if saved is None:
@@ -82,7 +80,7 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
             results, state = _train(cfg, choices, out_dir, tracker, saved, stop, name)
             results.update(reference_metrics(cfg, choices, results, state.history,
                                              state.history_s, out_dir, tracker,
-                                             train_twin=partial(run, reference_for=tracker.run_id)))
+                                             train_twin=partial(run, tags=_reference_tags(tracker))))
             _log_learning_curve(tracker, cfg, state, results, out_dir, name)
         except KeyboardInterrupt as interrupt:
             if isinstance(interrupt, Stopped) and interrupt.job_dir is None:
@@ -96,6 +94,11 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
         tracker.end("FINISHED")
     log.info("%s", _end_summary(name, results, out_dir, tracker))
     return {**results, "run_id": tracker.run_id}
+
+
+def _reference_tags(tracker: Tracker) -> dict[str, str]:
+    """The tags of a reference run this job trains: the job's run id (none untracked)."""
+    return {REFERENCE_TAG: tracker.run_id} if tracker.run_id else {}
 
 
 SUMMARY = ("return_mean_100", "eval/return_mean", "reward_error_pct", "ptq_reward_error_pct", "time_to_95pct_s",

@@ -103,11 +103,15 @@ def _check_stopped(tmp_path: Path, log: Path, code: int, returncode: int, outliv
     (sweep_dir,) = {p.parent for p in tmp_path.glob("runs/multirun/*/*/STOPPED")}
     rows = _summary(tmp_path, parent)
     ran = {c.data.tags["seed"] for c in children}
+    # every job has its row, by Hydra's number: the ones that ran by their run's tag
+    assert sorted(r["job"] for r in rows) == [str(n) for n in range(len(seeds))]
+    assert {r["job"] for r in rows if r["status"] == "KILLED"} == {
+        c.data.tags["job_num"] for c in children}
     assert sorted((r["seed"], r["status"]) for r in rows) == sorted(
         [(s, "KILLED") for s in ran] + [(s, "NOT_STARTED") for s in seeds - ran])
     for row in rows:  # a job that ran has its checkpoint; one that did not start, none
         if row["status"] == "NOT_STARTED":
-            num = row["run"].removeprefix("job ")
+            num = row["job"]
             assert not (sweep_dir / num / "checkpoint.pt").exists()
     assert len(list(sweep_dir.glob("*/checkpoint.pt"))) == len(children)
     assert "Traceback" not in text, text[-3000:]

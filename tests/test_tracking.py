@@ -125,6 +125,9 @@ def test_a_sweep_in_other_processes_is_one_parent_with_a_child_per_job(tmp_path,
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert len(runs) == 3 and sorted(c.data.tags["algo"] for c in children) == ["ddpg", "dqn"]
     assert all(c.info.status == "FINISHED" for c in children)
+    # numbered as Hydra numbered the jobs (algo=dqn,ddpg: ddpg is job 1), wherever they ran
+    assert {c.data.tags["algo"]: c.data.tags["job_num"] for c in children} == {
+        "dqn": "0", "ddpg": "1"}
     summary = open(client.download_artifacts(parent.info.run_id, "summary.md", str(tmp_path))).read()
     assert "2 jobs: 2 finished, 0 failed, 0 killed, 0 not started" in summary
     # the id travels as an override, kept out of the command that reproduces a job
@@ -250,6 +253,7 @@ def test_a_sigterm_between_jobs_ends_the_parent_killed_listing_every_job(tmp_pat
     assert "3 jobs: 1 finished, 0 failed, 0 killed, 2 not started" in summary
     with open(client.download_artifacts(parent.info.run_id, "summary.csv", str(tmp_path))) as f:
         rows = list(csv.DictReader(f))
-    assert [(row["seed"], row["status"], row["steps"]) for row in rows] == [
-        ("0", "FINISHED", "300"), ("1", "NOT_STARTED", "300"), ("2", "NOT_STARTED", "300")]
+    assert [(row["job"], row["seed"], row["status"], row["steps"]) for row in rows] == [
+        ("0", "0", "FINISHED", "300"), ("1", "1", "NOT_STARTED", "300"),
+        ("2", "2", "NOT_STARTED", "300")]
 

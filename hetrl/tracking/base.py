@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Protocol
 
+JOB_NUM_TAG = "job_num"
+"""The tag of a sweep's job: its number in the sweep (Hydra's `hydra.job.num`), whatever
+order the launcher ran the jobs in."""
 REFERENCE_TAG = "reference_for"
 """The tag of a run that a job trained as its reference (fp32 for `reward_error_pct`, fp32
 actors for `time_to_95pct_s`), valued the job's run id: in a sweep it is a child of the parent

@@ -24,7 +24,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, read_write
 
 from hetrl.sweep_stops import BASIC_LAUNCHER, stopped_by
-from hetrl.tracking.base import REFERENCE_TAG
+from hetrl.tracking.base import JOB_NUM_TAG, REFERENCE_TAG
 
 PARENT_ENV = "HETRL_PARENT_RUN_ID"  # read by the jobs' tracking config
 PARENT_KEY = "tracking.parent_run_id"  # the override that carries it to jobs run elsewhere
@@ -125,19 +125,22 @@ class MlflowSweep(Callback):
         from hetrl.tracking.mlflow import sweep_children
 
         jobs, references = sweep_children(self._client(), self.parent_id)
-        header = ["run", *CHOICE_TAGS, *self.keys, "status", *SUMMARY_METRICS]
-        rows = [
-            [run.info.run_name, *(run.data.tags.get(t, "") for t in CHOICE_TAGS),
-             *(run.data.params.get(k, "") for k in self.keys), run.info.status,
-             *(_fmt(run.data.metrics.get(m)) for m in SUMMARY_METRICS)]
+        header = ["job", "run", *CHOICE_TAGS, *self.keys, "status", *SUMMARY_METRICS]
+        numbered = [
+            (_job_num(run), [run.info.run_name, *(run.data.tags.get(t, "") for t in CHOICE_TAGS),
+                             *(run.data.params.get(k, "") for k in self.keys), run.info.status,
+                             *(_fmt(run.data.metrics.get(m)) for m in SUMMARY_METRICS)])
             for run in jobs
         ]
         not_started = _not_started(self.jobs or [], jobs)
         for num, job in not_started:
             given = dict(o.split("=", 1) for o in job if "=" in o)
-            rows.append([f"job {num}", *(given.get(t, "") for t in CHOICE_TAGS),
-                         *(given.get(k, "") for k in self.keys), NOT_STARTED,
-                         *("" for _ in SUMMARY_METRICS)])
+            numbered.append((num, ["", *(given.get(t, "") for t in CHOICE_TAGS),
+                                   *(given.get(k, "") for k in self.keys), NOT_STARTED,
+                                   *("" for _ in SUMMARY_METRICS)]))
+        # in the sweep's order, whatever order a parallel launcher ran the jobs in
+        numbered.sort(key=lambda item: float("inf") if item[0] is None else item[0])
+        rows = [["" if num is None else str(num), *row] for num, row in numbered]
         counts = {s: sum(r.info.status == s for r in jobs)
                   for s in ("FINISHED", "FAILED", "KILLED")}
         text = io.StringIO()
@@ -279,17 +282,26 @@ def _sweep_jobs(config: DictConfig) -> list[list[str]] | None:
 
 
 def _not_started(jobs: list[list[str]], children: list) -> list[tuple[int, list[str]]]:
-    """The jobs (number, overrides) that no child ran: a child is matched to a job by the
-    overrides of the command that reproduces it (its `command` tag), whatever order the
-    jobs ran in; a child that names no job of the list is matched to the first one left."""
+    """The jobs (number, overrides) that no child ran: a child is matched to a job by its
+    number (`JOB_NUM_TAG`), else by the overrides of the command that reproduces it (its
+    `command` tag), whatever order the jobs ran in; a child that names no job of the list is
+    matched to the first one left."""
     left = dict(enumerate(jobs))
     for run in children:
         given = _overrides(run.data.tags.get("command", ""))
-        num = next((n for n, job in left.items() if _overrides(job) == given), None)
+        num = _job_num(run)
+        if num not in left:
+            num = next((n for n, job in left.items() if _overrides(job) == given), None)
         if num is None and left:
             num = next(iter(left))
         left.pop(num, None)
     return list(left.items())
+
+
+def _job_num(run: Any) -> int | None:
+    """The job's number in its sweep (`JOB_NUM_TAG`), if it has one."""
+    num = run.data.tags.get(JOB_NUM_TAG, "")
+    return int(num) if num.isdigit() else None
 
 
 def _overrides(command: str | list[str]) -> dict[str, str]:
