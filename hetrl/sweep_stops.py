@@ -23,6 +23,8 @@ dies; submitit's local controller SIGKILLs its tasks a second after a Ctrl-C). S
   job returns (`run_job`), so the launcher collects it and waits for the others rather than
   killing their processes; then the sweep's parent run ends KILLED, listing the jobs that
   never started, and this process exits 130 or 143 (`SweepStopped`).
+- SLURM jobs (hydra/launcher=slurm) run on other machines: they are asked by
+  `scancel --signal=TERM` with the ids submitit filed their submissions under.
 - joblib with one worker (`n_jobs=1`, or -1 on one CPU) runs the jobs in the launching process
   itself: there a stop reaches the running job through this process's main thread, and ends
   the sweep as under the basic launcher.
@@ -31,7 +33,9 @@ dies; submitit's local controller SIGKILLs its tasks a second after a Ctrl-C). S
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
+import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +52,7 @@ _noted: int | None = None  # a stop this worker took between jobs without blocki
 SIGNALS = {signal.SIGINT, signal.SIGTERM}
 MARKER = "STOPPED"  # in the sweep dir: the signal that stopped the sweep
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+SLURM_LAUNCHER = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
 JOB_PROCESSES = (  # how the processes that run a launcher's jobs are started
     "joblib.externals.loky.backend.popen_loky_posix",  # loky's workers (hydra/launcher=joblib)
     "submitit.core._submit",  # submitit's tasks, children of its controllers (submitit_local)
@@ -145,6 +150,27 @@ def job_processes() -> list:
     return found
 
 
+def slurm_job_ids(submitit_folder: str) -> list[str]:
+    """The SLURM ids of a sweep's submitted jobs: submitit files each submission as
+    `<job id>_submitted.pkl` in the job's folder (`submitit_folder`, its `%j` the id)."""
+    root = Path(submitit_folder.split("%", 1)[0])
+    return sorted(p.name.removesuffix("_submitted.pkl") for p in root.glob("**/*_submitted.pkl"))
+
+
+def cancel_slurm_jobs(submitit_folder: str) -> int:
+    """Ask the sweep's SLURM jobs to stop (SIGTERM to their steps: a running job checkpoints
+    and ends KILLED; one that ended already is left as it is); the number asked."""
+    ids = slurm_job_ids(submitit_folder)
+    if not ids:
+        return 0
+    if shutil.which("scancel") is None:
+        log.warning("no scancel on this machine: the sweep's SLURM jobs %s were not asked to "
+                    "stop", " ".join(ids))
+        return 0
+    subprocess.run(["scancel", "--signal=TERM", *ids], check=False, timeout=60)
+    return len(ids)
+
+
 class SweepStops(Callback):
     """Listed before the MLflow callback: it listens before the parent run opens, and raises
     the stop once the parent is closed (Hydra ends callbacks in reverse order)."""
@@ -159,6 +185,7 @@ class SweepStops(Callback):
         self._mask: set | None = None  # the launching thread's signal mask before the sweep
         self._listener: threading.Thread | None = None
         self.job_here = False  # a job runs in this process (joblib with one worker)
+        self.slurm_folder: str | None = None  # submitit's folder of a SLURM sweep
 
     def __getstate__(self) -> dict:
         """A launcher pickles Hydra's callbacks into its workers: none of this process's
@@ -170,7 +197,10 @@ class SweepStops(Callback):
             return
         self.sweep_dir = str(config.hydra.sweep.dir)
         Path(self.sweep_dir, MARKER).unlink(missing_ok=True)  # a sweep run again in its dir
-        self.remote = config.hydra.launcher.get("_target_") != BASIC_LAUNCHER
+        launcher = config.hydra.launcher
+        self.remote = launcher.get("_target_") != BASIC_LAUNCHER
+        if launcher.get("_target_") == SLURM_LAUNCHER:
+            self.slurm_folder = str(launcher.submitit_folder)
         if not self.remote:
             self._handlers = {s: signal.signal(s, self._stop_between_jobs) for s in SIGNALS}
             return
@@ -209,6 +239,8 @@ class SweepStops(Callback):
                 asked += 1
             except Exception:  # noqa: BLE001 - it ended meanwhile
                 continue
+        if self.slurm_folder is not None:
+            asked += cancel_slurm_jobs(self.slurm_folder)
         if self.job_here:  # its loop listens in the main thread
             signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
             asked += 1

@@ -20,6 +20,7 @@ import psutil
 import pytest
 from helpers import mlflow_runs, run_job, tracking_uri
 from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
 from hetrl.faults import Stopped
 from hetrl.tracking.sweep import _not_started
@@ -221,3 +222,37 @@ def test_jobs_not_started_are_found_by_their_overrides_whatever_order_jobs_ran_i
 
     assert _not_started(jobs, [child(3), child(1)]) == [(0, jobs[0]), (2, jobs[2])]
     assert _not_started(jobs, []) == list(enumerate(jobs))
+
+
+def test_a_slurm_sweep_is_configured_from_yaml_and_a_stop_asks_its_jobs_by_scancel(
+        tmp_path, monkeypatch):
+    """hydra/launcher=slurm composes submitit's SLURM launcher from conf/; on a stop, every
+    job submitit filed (`<id>_submitted.pkl` in its `%j` folder) gets scancel --signal=TERM.
+    No SLURM here: scancel is a script that records how it was called."""
+    from hydra import compose, initialize_config_dir
+
+    from hetrl import CONF_DIR
+    from hetrl.sweep_stops import SLURM_LAUNCHER, cancel_slurm_jobs
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", ["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
+                      return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_ == SLURM_LAUNCHER  # the branch SweepStops takes
+    assert (launcher.partition, launcher.cpus_per_task, launcher.max_num_timeout) == ("gpu", 2, 0)
+    folder = OmegaConf.to_container(launcher)["submitit_folder"]
+    assert folder == "${hydra.sweep.dir}/.submitit/%j"
+    folder = folder.replace("${hydra.sweep.dir}", str(tmp_path / "sweep"))
+
+    bin_dir, called = tmp_path / "bin", tmp_path / "scancel.args"
+    bin_dir.mkdir()
+    (bin_dir / "scancel").write_text(f'#!/bin/sh\necho "$@" >> {called}\n')
+    (bin_dir / "scancel").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert cancel_slurm_jobs(folder) == 0 and not called.exists()  # nothing submitted yet
+    for job_id in ("4242_0", "4242_1"):
+        job_dir = Path(folder.replace("%j", job_id))
+        job_dir.mkdir(parents=True)
+        (job_dir / f"{job_id}_submitted.pkl").write_bytes(b"")
+    assert cancel_slurm_jobs(folder) == 2
+    assert called.read_text().split() == ["--signal=TERM", "4242_0", "4242_1"]
