@@ -5,7 +5,7 @@ MLflow's own report of 6 failed starts in 1,803 without WAL; the goal is 0 lost 
 "database is locked" in >= 1,800 starts with 8 concurrent jobs.
 
     python benchmarks/job_starts.py               # 1,800 starts per store kind, 8 at a time
-    python benchmarks/job_starts.py --smoke       # 24 starts, 8 per new store
+    python benchmarks/job_starts.py --smoke       # 16 starts, 8 per new store
     python benchmarks/job_starts.py --kinds hetrl --starts 3600
 
 A job is a process of its own (forked from this one, which has imported MLflow but opened no
@@ -119,7 +119,7 @@ def measure(kind: str, starts: int, concurrent: int, per_store: int, folder: Pat
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="24 starts, 8 per store")
+    parser.add_argument("--smoke", action="store_true", help="16 starts, 8 per store")
     parser.add_argument("--starts", type=int, default=1800)
     parser.add_argument("--concurrent", type=int, default=8)
     parser.add_argument("--per-store", type=int, default=200,
@@ -130,7 +130,7 @@ def main() -> None:
     if unknown := set(kinds) - set(KINDS):
         parser.error(f"--kinds {args.kinds}: no kind {', '.join(sorted(unknown))}; "
                      f"choose among {', '.join(KINDS)}")
-    starts, per_store = (24, 8) if args.smoke else (args.starts, args.per_store)
+    starts, per_store = (16, 8) if args.smoke else (args.starts, args.per_store)
     for name in ("mlflow", "alembic"):  # each job's "Creating initial MLflow database tables"
         logging.getLogger(name).setLevel(logging.WARNING)
     print(host_line("mlflow"))
