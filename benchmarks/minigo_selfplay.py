@@ -1,6 +1,6 @@
 """MiniGo self-play throughput on this host, and the MiniGo machine's modeled scaling.
 
-Four tables:
+Five tables:
 
 1. **Rules engine**, µs per move of random play (legal moves + play): OpenSpiel's C++ Go
    (what `env=go*` uses) against MiniGo's pure-Python `go.py` as PettingZoo's `go_v5` ships it
@@ -10,7 +10,12 @@ Four tables:
    network server) against one game at a time, one leaf per network call (the
    OpenSpiel-Python / muzero-general design of one game per process).
 3. **Self-play games/s** with 1 and 2 worker processes (`scheduler.workers`).
-4. **E(P)** of the MiniGo machine model (`hetrl.platform.minigo_cluster`) at the paper's
+4. **Training positions/s** of the data-parallel trainers (`scheduler.trainers`, DDP over
+   gloo, the global batch split over the ranks) on random 9×9 positions: 1 rank at 1 torch
+   thread, 1 rank at 2 threads (what the same two cores give inside one process) and 2 ranks
+   at 1 thread each, with the scaling efficiency E = rate_2 / (2 · rate_1) (spec C.1.8's E(P)
+   at P = 2) and rank 0's all-reduce seconds per step.
+5. **E(P)** of the MiniGo machine model (`hetrl.platform.minigo_cluster`) at the paper's
    1067 / 2091 / 4139 / 8235 nodes, from Table 6's times (plain formula) and from the model,
    beside Table 7.
 
@@ -27,9 +32,11 @@ import numpy as np
 import torch
 from common import host_line, table
 
-from hetrl.algos.alphazero import PolicyValueNet, evaluator
+from hetrl.algos.alphazero import PolicyValueNet, evaluator, make_learner
 from hetrl.algos.mcts import Node, Search, SearchConfig, SearchStats, run_searches
 from hetrl.envs.go import GoGame
+from hetrl.precision.uniform import UniformPrecision
+from hetrl.scheduler.dataparallel import DataParallelTrainers, sample
 from hetrl.platform.minigo_cluster import (
     TABLE_6,
     TABLE_7_EFFICIENCY,
@@ -109,6 +116,44 @@ def games_per_s(workers: int, game: GoGame, width: int, blocks: int, games: int,
         pool.close()
 
 
+def training_rate(ranks: int, threads: int, game: GoGame, width: int, blocks: int,
+                  batch: int, steps: int) -> tuple[float, float]:
+    """Training positions/s of `ranks` data-parallel ranks (rank 0 here at `threads` torch
+    threads, the others at 1) over a window of random positions, and rank 0's all-reduce
+    seconds per step (0 for one rank)."""
+    rng = np.random.default_rng(0)
+    positions = 4 * batch
+    planes = (rng.random((positions, game.planes, game.n, game.n)) > 0.5).astype(np.uint8)
+    pis = rng.dirichlet(np.ones(game.num_actions), positions).astype(np.float32)
+    entry = (0, planes, pis, rng.choice([-1.0, 1.0], positions).astype(np.float32))
+    learner = make_learner((game.planes, game.n, game.n), game.num_actions, width=width,
+                           blocks=blocks, batch_size=batch, lr_values=[0.01], lr_boundaries=[],
+                           momentum=0.9, l2=1e-4, value_weight=0.5, search={})
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    trainers = DataParallelTrainers(ranks, learner, seed=0) if ranks > 1 else None
+    try:
+        if trainers is None:
+            def train(n: int) -> None:
+                for _ in range(n):
+                    learner.update(sample([entry], batch, rng))
+        else:
+            trainers.add_generation(entry, 1)
+
+            def train(n: int) -> None:
+                trainers.train([entry], n, rng, UniformPrecision("float32"))
+        train(2)  # warm up (and the ranks have started)
+        start = time.perf_counter()
+        train(steps)
+        seconds = time.perf_counter() - start
+        allreduce = trainers.comm.get("seconds", 0.0) / steps if trainers is not None else 0.0
+        return steps * batch / seconds, allreduce
+    finally:
+        if trainers is not None:
+            trainers.close()
+        torch.set_num_threads(saved)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, seconds")
@@ -146,6 +191,17 @@ def main() -> None:
         rows.append((workers, f"{games:.2f}", f"{moves:.0f}"))
     table(["workers", "games / s", "moves / s"], rows,
           f"Self-play, 9x9, {readouts // 2} readouts, width {width} x {blocks}", "rrr")
+
+    batch, steps = (16, 2) if smoke else (256, 30)
+    rates = {(r, t): training_rate(r, t, game, width, blocks, batch, steps)
+             for r, t in ((1, 1), (1, 2), (2, 1))}
+    rows = [(f"{r} x {t} thread{'s' if t > 1 else ''}", f"{rate:,.0f}", f"{comm * 1000:.2f}")
+            for (r, t), (rate, comm) in rates.items()]
+    rows.append(("E = rate(2 ranks) / (2 x rate(1 rank, 1 thread))", "",
+                 f"{rates[(2, 1)][0] / (2 * rates[(1, 1)][0]):.1%}"))
+    table(["ranks x torch threads", "positions / s", "all-reduce ms / step"], rows,
+          f"Data-parallel training, 9x9, width {width} x {blocks}, global batch {batch}, "
+          f"{steps} steps", "lrr")
 
     n_sp = sorted(TABLE_6)
     nodes = [43 + n for n in n_sp]
