@@ -35,8 +35,6 @@ from common import host_line, table
 from hetrl.algos.alphazero import PolicyValueNet, evaluator, make_learner
 from hetrl.algos.mcts import Node, Search, SearchConfig, SearchStats, run_searches
 from hetrl.envs.go import GoGame
-from hetrl.precision.uniform import UniformPrecision
-from hetrl.scheduler.dataparallel import DataParallelTrainers, sample
 from hetrl.platform.minigo_cluster import (
     TABLE_6,
     TABLE_7_EFFICIENCY,
@@ -44,6 +42,8 @@ from hetrl.platform.minigo_cluster import (
     scaling_efficiency,
     scaling_efficiency_iter_norm,
 )
+from hetrl.precision.uniform import UniformPrecision
+from hetrl.scheduler.dataparallel import DataParallelTrainers, sample
 
 
 def openspiel_us_per_move(board_size: int, games: int, rng: np.random.Generator) -> float:
