@@ -39,3 +39,29 @@ def test_ray_needs_workers():
     cfg, choices = compose_job("algo=alphazero", "actors=process")
     with pytest.raises(ConfigError, match="actors=ray"):
         validate(cfg, choices)
+
+
+def test_ray_and_process_workers_play_the_same_games():
+    """The same workers wherever they run: with the same weights, seed and generation, the
+    Ray actors play move for move the games the OS processes play."""
+    from hetrl.algos.alphazero import make_learner
+    from hetrl.algos.mcts import SearchStats
+    from hetrl.envs.go import GoGame
+    from hetrl.scheduler.selfplay import _RayWorkerPool, _WorkerPool
+
+    game = GoGame(5)
+    learner = make_learner((game.planes, 5, 5), game.num_actions, width=8, blocks=1,
+                           batch_size=8, lr_values=[0.01], lr_boundaries=[], momentum=0.9,
+                           l2=1e-4, value_weight=0.5,
+                           search={"readouts": 8, "fast_readouts": 4})
+    games = {}
+    for name, pool in (("process", lambda: _WorkerPool(2, game, learner, seed=3)),
+                       ("ray", lambda: _RayWorkerPool(2, game, learner, seed=3, address=None))):
+        workers = pool()
+        try:
+            records = workers.play(4, 4, 10**6, 1, SearchStats())
+        finally:
+            workers.close()
+        games[name] = sorted((r.moves, r.winner) for r in records)
+    assert len(games["process"]) == 4 and len({str(m) for m, _ in games["process"]}) > 1
+    assert games["ray"] == games["process"]
