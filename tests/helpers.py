@@ -1,12 +1,18 @@
 """Shared helpers: compose configs in-process, run jobs in-process or through `python -m hetrl`,
-and read the real MLflow store they wrote."""
+read the real MLflow store they wrote, and start a real tracking server."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 from mlflow.tracking import MlflowClient
 
@@ -62,4 +68,47 @@ def metric_history(tmp_path: Path, run_id: str, key: str) -> list[tuple[int, flo
     return [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
 
 
+def tracking_server(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m hetrl.tracking.server <args>`, outputs captured."""
+    return subprocess.run([sys.executable, "-m", "hetrl.tracking.server", *args],
+                          capture_output=True, text=True, timeout=timeout)
 
+
+def group_alive(pgid: int) -> list[str]:
+    """The live (not zombie) processes of group `pgid`, as `pid command`."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_text().replace("\0", " ")
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            alive.append(f"{stat.parent.name} {command[:200]}")
+    return alive
+
+
+@contextlib.contextmanager
+def tracking_server_up(backend: str) -> Iterator[tuple[str, Path]]:
+    """`python -m hetrl.tracking.server up` in a folder of its own (under /tmp, open to others: as
+    root PostgreSQL runs as the user postgres, which must reach it): its tracking uri and
+    folder; `down` at the end, and then no process of the server's group and no postmaster
+    is left."""
+    folder = Path(tempfile.mkdtemp(prefix="hetrl-tracking-server-"))
+    folder.chmod(0o755)
+    up = tracking_server("up", "--backend", backend, "--dir", str(folder),
+                         "--port", "0", "--workers", "1")
+    state = json.loads((folder / "server.json").read_text()) if up.returncode == 0 else {}
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        (uri,) = re.findall(r"^tracking\.uri=(http://\S+)$", up.stdout, re.MULTILINE)
+        yield uri, folder
+    finally:
+        down = tracking_server("down", "--dir", str(folder), timeout=120)
+        postmaster = Path(state.get("postgres", {}).get("data", folder / "none"))
+        postmaster = postmaster / "postmaster.pid"
+        left = group_alive(state["pid"]) if state else []
+        shutil.rmtree(folder, ignore_errors=True)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert not left, left
+        assert not postmaster.exists()

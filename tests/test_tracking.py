@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import csv
+import json
 import logging
 
 import pytest
 import yaml
-from helpers import hetrl_cli, mlflow_runs, run_job
+from helpers import hetrl_cli, mlflow_runs, run_job, tracking_uri
+
+from hetrl.tracking.mlflow import VIEW_ID, VIEW_NAME, VIEW_TAG, client_for, view_route
 
 QUICK = ("algo=dqn", "env=cartpole", "steps=1200", "algo.learning_starts=200", "algo.train_freq=4",
          "algo.gradient_steps=1", "log_every=300")
@@ -44,7 +47,8 @@ def test_a_failing_job_ends_failed_with_its_traceback(tmp_path, client):
     assert "NoSuchEnv" in open(error).read()
 
 
-@pytest.mark.parametrize("bad", ["steps=-1", "algo.gamma=2", "+stpes=600", "precision.dtype=int16"])
+@pytest.mark.parametrize("bad", ["steps=-1", "algo.gamma=2", "+stpes=600", "precision.dtype=int16",
+                                 "tracking.view_columns=[eps_host]"])
 def test_bad_input_is_rejected_before_a_run_or_store_is_created(tmp_path, bad):
     with pytest.raises(ValueError, match="is invalid|not a config key|is not modeled"):
         run_job(tmp_path, *QUICK, bad)
@@ -74,6 +78,29 @@ def test_a_sweep_across_action_spaces_is_one_parent_with_children(tmp_path, clie
     assert parents[0].data.params["algo.hidden"] == "[32]"
     notes = sorted(c.data.tags["mlflow.note.content"] for c in children)
     assert "python -m hetrl" in notes[0] and "algo=ddpg" in notes[0] and "algo=dqn" in notes[1]
+    # the parent's description links the runs side by side, and the sweep prints that link
+    route = view_route(parents[0].info.experiment_id)
+    assert f"[{VIEW_NAME}](#{route})" in parents[0].data.tags["mlflow.note.content"]
+    assert f"the runs side by side: http://127.0.0.1:5000/#{route}" in out.stdout + out.stderr
+
+
+def test_the_experiment_keeps_hetrls_saved_view_of_the_runs_table(tmp_path, client):
+    """The view (MLflow UI's Views menu) holds the configured columns, as the UI keys them;
+    it is written again only where its columns differ."""
+    def view(experiment_id: str) -> tuple[dict, list[str]]:
+        envelope = json.loads(client.get_experiment(experiment_id).tags[VIEW_TAG + VIEW_ID])
+        return envelope, json.loads(envelope["state"])["selectedColumns"]
+
+    uri = tracking_uri(tmp_path)
+    _, experiment_id = client_for(uri, "hetrl", ["tags.platform", "metrics.eps_host"])
+    first, columns = view(experiment_id)
+    assert first["name"] == VIEW_NAME and columns == ["tags.`platform`", "metrics.`eps_host`"]
+    client_for(uri, "hetrl", ["tags.platform", "metrics.eps_host"])
+    assert view(experiment_id)[0] == first  # not written again
+    client_for(uri, "hetrl", ["params.algo.lr"])
+    assert view(experiment_id)[1] == ["params.`algo.lr`"]
+    client_for(uri, "hetrl")  # a client that names no columns leaves the view as it is
+    assert view(experiment_id)[1] == ["params.`algo.lr`"]
 
 
 def test_reference_runs_a_sweep_trained_are_children_but_not_its_jobs(tmp_path, client):

@@ -5,12 +5,7 @@ is left running after `down`."""
 from __future__ import annotations
 
 import http.server
-import json
 import re
-import shutil
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,53 +18,16 @@ from hetrl.report.__main__ import main as report_main
 from hetrl.tracking import mlflow as tracking
 from hetrl.tracking.server import postgres_missing
 
-from helpers import hetrl_cli
-
-
-def tracking_server(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hetrl.tracking.server", *args],
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def group_alive(pgid: int) -> list[str]:
-    """The live (not zombie) processes of group `pgid`, as `pid command`."""
-    alive = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            command = (stat.parent / "cmdline").read_text().replace("\0", " ")
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            alive.append(f"{stat.parent.name} {command[:200]}")
-    return alive
+from helpers import hetrl_cli, tracking_server, tracking_server_up
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def server(request):
-    """`python -m hetrl.tracking.server up` in a folder of its own (under /tmp, open to others: as
-    root PostgreSQL runs as the user postgres, which must reach it); `down` at the end, and
-    then no process of the server's group and no postmaster is left."""
+    """A tracking server on each backend (PostgreSQL where it is installed)."""
     if request.param == "postgresql" and (missing := postgres_missing()):
         pytest.skip(missing)
-    folder = Path(tempfile.mkdtemp(prefix="hetrl-tracking-server-"))
-    folder.chmod(0o755)
-    up = tracking_server("up", "--backend", request.param, "--dir", str(folder),
-                         "--port", "0", "--workers", "1")
-    state = json.loads((folder / "server.json").read_text()) if up.returncode == 0 else {}
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        (uri,) = re.findall(r"^tracking\.uri=(http://\S+)$", up.stdout, re.MULTILINE)
-        yield uri, folder
-    finally:
-        down = tracking_server("down", "--dir", str(folder), timeout=120)
-        postmaster = Path(state.get("postgres", {}).get("data", folder / "none"))
-        postmaster = postmaster / "postmaster.pid"
-        left = group_alive(state["pid"]) if state else []
-        shutil.rmtree(folder, ignore_errors=True)
-        assert down.returncode == 0, down.stdout + down.stderr
-        assert not left, left
-        assert not postmaster.exists()
+    with tracking_server_up(request.param) as up:
+        yield up
 
 
 @pytest.mark.slow

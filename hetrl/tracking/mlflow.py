@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # a tracking server's client prints "View run ... at: <url>" when a run ends: hetrl's start
@@ -27,14 +28,23 @@ from hetrl.tracking.metadata import system_tags  # noqa: E402
 _BATCH = 100  # MLflow's limit of params per log_batch call
 EXPERIMENT_KIND = "mlflow.experimentKind"
 """MLflow 3's experiment type: `custom_model_development` opens an experiment on its runs
-table, not on the GenAI (traces) pages."""
+table, not on the GenAI (traces) pages, in the UIs before 3.17 (3.17 goes by its own GenAI /
+Model training switch: `view_route` sets it)."""
 UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+VIEW_TAG = "mlflow.sharedViewState."
+"""MLflow 3's UI keeps an experiment's saved views of its runs table as experiment tags named
+with this prefix and the view's id: the runs page lists them in its Views menu, and
+`?viewStateShareKey=<id>` opens one."""
+VIEW_ID = "hetrl-compare"
+VIEW_NAME = "hetrl: compare runs"
 
 log = logging.getLogger("hetrl")
 
 
-def client_for(uri: str, experiment: str) -> tuple[MlflowClient, str]:
-    """A client for `uri` and the id of `experiment`, created on first use.
+def client_for(uri: str, experiment: str,
+               view_columns: Sequence[str] = ()) -> tuple[MlflowClient, str]:
+    """A client for `uri` and the id of `experiment`, created on first use; with
+    `view_columns`, the experiment has the runs table's saved view VIEW_NAME showing them.
 
     A relative sqlite path is relative to the working directory; its folder is created,
     and artifacts go to `mlartifacts/` beside the database. A folder that cannot be written
@@ -50,14 +60,14 @@ def client_for(uri: str, experiment: str) -> tuple[MlflowClient, str]:
         check_server(uri, experiment)
     if not uri.startswith("sqlite:///"):
         client = MlflowClient(tracking_uri=uri)
-        return client, _experiment_id(client, experiment, None)
+        return client, _experiment_id(client, experiment, None, view_columns)
     db = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
     _check_writable(db, uri)
     artifact_location = (db.parent / "mlartifacts").resolve().as_uri()
     with _file_lock(db.with_name(db.name + ".lock")):
         wal_mode(db)
         client = MlflowClient(tracking_uri=store_uri(uri))
-        return client, _experiment_id(client, experiment, artifact_location)
+        return client, _experiment_id(client, experiment, artifact_location, view_columns)
 
 
 SQLITE_BUSY_S = 60  # how long a sqlite connection waits for another writer's lock
@@ -172,7 +182,8 @@ class _file_lock:
             self.file.close()  # releases the lock
 
 
-def _experiment_id(client: MlflowClient, experiment: str, artifact_location: str | None) -> str:
+def _experiment_id(client: MlflowClient, experiment: str, artifact_location: str | None,
+                   view_columns: Sequence[str]) -> str:
     """The experiment's id, created if it does not exist; another process creating it at the
     same moment (a tracking server's other clients) is not an error: its id is taken."""
     from mlflow.exceptions import MlflowException
@@ -180,14 +191,12 @@ def _experiment_id(client: MlflowClient, experiment: str, artifact_location: str
     for attempt in range(5):
         found = client.get_experiment_by_name(experiment)
         if found is not None:
-            if EXPERIMENT_KIND not in found.tags:
-                client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND,
-                                          "custom_model_development")
+            for key, value in _tags_to_set(found.tags, view_columns).items():
+                client.set_experiment_tag(found.experiment_id, key, value)
             return found.experiment_id
         try:
-            return client.create_experiment(
-                experiment, artifact_location=artifact_location,
-                tags={EXPERIMENT_KIND: "custom_model_development"})
+            return client.create_experiment(experiment, artifact_location=artifact_location,
+                                            tags=_tags_to_set({}, view_columns))
         except MlflowException as error:
             if "already exists" not in str(error).lower() and "unique" not in str(error).lower():
                 raise
@@ -195,14 +204,48 @@ def _experiment_id(client: MlflowClient, experiment: str, artifact_location: str
     raise RuntimeError(f"experiment {experiment!r} neither found nor created")
 
 
-def ui_url(uri: str, experiment_id: str, run_id: str | None = None) -> str:
-    """Where a run (or the experiment's runs table) is in the UI, and the command that serves
-    it for a local store."""
-    page = f"{UI}/#/experiments/{experiment_id}/runs" + (f"/{run_id}" if run_id else "")
+def _tags_to_set(tags: Mapping[str, str], view_columns: Sequence[str]) -> dict[str, str]:
+    """The experiment tags hetrl keeps that `tags` lack: MLflow's experiment kind (where
+    unset) and the saved view of `view_columns` (where its columns differ: the view is
+    hetrl's, and a person's own view is saved under another name)."""
+    wanted = {} if EXPERIMENT_KIND in tags else {EXPERIMENT_KIND: "custom_model_development"}
+    columns = [_column_key(column) for column in view_columns]
+    if columns and _view_columns(tags.get(VIEW_TAG + VIEW_ID)) != columns:
+        now = int(time.time() * 1000)
+        state = json.dumps({"selectedColumns": columns})
+        wanted[VIEW_TAG + VIEW_ID] = json.dumps(
+            {"name": VIEW_NAME, "createdAt": now, "updatedAt": now, "state": state})
+    return wanted
+
+
+def _column_key(column: str) -> str:
+    """The UI's key of a runs-table column: `metrics.eps_host` is metrics.`eps_host`."""
+    kind, _, name = column.partition(".")  # a column without a kind: the job rejects it
+    return f"{kind}.`{name}`"
+
+
+def _view_columns(value: str | None) -> list[str] | None:
+    """The columns of a saved view (the UI's envelope: name, times and the state as JSON);
+    None for no view, or one hetrl does not read (the UI may compress the state)."""
+    try:
+        return json.loads(json.loads(value)["state"])["selectedColumns"]
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+def view_route(experiment_id: str) -> str:
+    """The UI's route to the experiment's runs table in the saved view VIEW_NAME, among the
+    model-training pages (MLflow 3.17 opens an experiment on its GenAI pages unless told)."""
+    return (f"/experiments/{experiment_id}/runs?workflowType=machine_learning"
+            f"&viewStateShareKey={VIEW_ID}")
+
+
+def ui_url(uri: str, route: str) -> str:
+    """Where the UI shows `route` (a run's `/experiments/<id>/runs/<run id>`, `view_route`),
+    and the command that serves it for a local store."""
     if uri.startswith(("http://", "https://")):
-        return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs" + (
-            f"/{run_id}" if run_id else "")
-    return f"{page}  (serve it: mlflow ui --backend-store-uri {uri})"
+        return f"{uri.rstrip('/')}/#{route}"
+    return f"{UI}/#{route}  (serve it: mlflow ui --backend-store-uri {uri})"
 
 
 def _check_writable(db: Path, uri: str) -> None:
@@ -227,9 +270,9 @@ def _check_writable(db: Path, uri: str) -> None:
 
 class MlflowTracker:
     def __init__(self, uri: str, experiment: str, parent_run_id: str | None = None,
-                 system_metrics_s: float = 10.0) -> None:
+                 system_metrics_s: float = 10.0, view_columns: Sequence[str] = ()) -> None:
         self.uri = uri
-        self.client, self.experiment_id = client_for(uri, experiment)
+        self.client, self.experiment_id = client_for(uri, experiment, view_columns)
         self.parent_run_id = parent_run_id
         self.system_metrics_s = system_metrics_s
         self.run_id: str | None = None
@@ -268,7 +311,8 @@ class MlflowTracker:
 
     def where(self) -> str:
         """The run in the UI (the start line and the end summary print it)."""
-        return f"MLflow run {self.run_id}: {ui_url(self.uri, self.experiment_id, self.run_id)}"
+        route = f"/experiments/{self.experiment_id}/runs/{self.run_id}"
+        return f"MLflow run {self.run_id}: {ui_url(self.uri, route)}"
 
     def log_params(self, params: Mapping[str, object]) -> None:
         items = [Param(k, str(v)[:MAX_PARAM_VAL_LENGTH]) for k, v in params.items()]

@@ -14,10 +14,11 @@ from __future__ import annotations
 import atexit
 import csv
 import io
+import logging
 import os
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
@@ -34,10 +35,14 @@ NOT_STARTED = "NOT_STARTED"  # the status column of a job the sweep never reache
 SUMMARY_METRICS = ("return_mean_100", "eval/return_mean", "reward_error_pct", "sps", "eps_host",
                    "eps_platform", "phi_d", "updates")
 
+log = logging.getLogger("hetrl")
+
 
 class MlflowSweep(Callback):
-    def __init__(self, uri: str | None, experiment: str | None) -> None:
+    def __init__(self, uri: str | None, experiment: str | None,
+                 view_columns: Sequence[str] | None = None) -> None:
         self.uri, self.experiment = uri, experiment
+        self.view_columns = list(view_columns or ())  # hetrl's saved view of the runs table
         self.client = None
         self.parent_id: str | None = None
         self.keys: list[str] = []  # config keys set on the command line: columns of the summary
@@ -79,14 +84,14 @@ class MlflowSweep(Callback):
 
         from hetrl.tracking.mlflow import client_for
 
-        self.client, experiment_id = client_for(self.uri, self.experiment)
+        self.client, experiment_id = client_for(self.uri, self.experiment, self.view_columns)
         sweep_dir = str(config.hydra.sweep.dir)
         overrides = list(config.hydra.overrides.task)
+        name = sweep_name(overrides, Path(sweep_dir).name)
         run = self.client.create_run(
-            experiment_id,
-            run_name=sweep_name(overrides, Path(sweep_dir).name),
+            experiment_id, run_name=name,
             tags={"sweep": "true", "sweep_dir": sweep_dir, "overrides": " ".join(overrides),
-                  "mlflow.note.content": f"```\npython -m hetrl -m {' '.join(overrides)}\n```"},
+                  "mlflow.note.content": self._description(overrides, experiment_id)},
         )
         self.parent_id = run.info.run_id
         # the last of a repeated key wins, as in Hydra
@@ -95,6 +100,26 @@ class MlflowSweep(Callback):
                                                       for k, v in params.items()])
         if not self.remote:
             os.environ[PARENT_ENV] = self.parent_id
+        log.info("%s", self._where(name, experiment_id))
+
+    def _description(self, overrides: list[str], experiment_id: str) -> str:
+        """The parent's description (markdown): the sweep's command, and a link to the
+        experiment's runs in hetrl's saved view, where it has one."""
+        from hetrl.tracking.mlflow import VIEW_NAME, view_route
+
+        text = f"```\npython -m hetrl -m {' '.join(overrides)}\n```"
+        if self.view_columns:
+            text += f"\n\nThe runs side by side: [{VIEW_NAME}](#{view_route(experiment_id)})"
+        return text
+
+    def _where(self, name: str, experiment_id: str) -> str:
+        """The parent run, and where the UI shows the runs side by side (or the parent)."""
+        from hetrl.tracking.mlflow import ui_url, view_route
+
+        route = (view_route(experiment_id) if self.view_columns
+                 else f"/experiments/{experiment_id}/runs/{self.parent_id}")
+        seen = "the runs side by side" if self.view_columns else "the parent"
+        return f"{name}: MLflow parent run {self.parent_id}; {seen}: {ui_url(self.uri, route)}"
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if self.parent_id is None:
@@ -105,9 +130,7 @@ class MlflowSweep(Callback):
         try:  # a worker's summary is a progress report: the final one is this process's
             self._write_summary()
         except Exception as error:  # noqa: BLE001 - never fail a finished job for it
-            import logging
-
-            logging.getLogger("hetrl").warning("sweep summary not rewritten: %s", error)
+            log.warning("sweep summary not rewritten: %s", error)
 
     def _client(self):
         if self.client is None:
@@ -215,10 +238,7 @@ class MlflowSweep(Callback):
 
             log_report(self.client, parent_id)
         except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001 - the runs are logged
-            import logging
-
-            logging.getLogger("hetrl").warning("sweep report not written: %s",
-                                               str(error) or type(error).__name__)
+            log.warning("sweep report not written: %s", str(error) or type(error).__name__)
 
 
 def platform_portability(children: list, keys: list[str]) -> tuple[str, dict[str, float]] | None:
