@@ -17,6 +17,7 @@ pass or not. DDP's broadcast of the BN statistics before each forward is not in 
 
 from __future__ import annotations
 
+import gc
 import shutil
 import tempfile
 import threading
@@ -33,6 +34,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from hetrl.algos.alphazero import AlphaZero, make_learner
+from hetrl.scheduler.workers import stop_workers
 
 
 def rendezvous_file() -> str:
@@ -46,6 +48,17 @@ def rendezvous_file() -> str:
 def init_group(rank: int, world: int, rendezvous: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank,
                             world_size=world, timeout=timedelta(minutes=10))
+
+
+def leave_group() -> None:
+    """Destroy this process's group, once the caller has dropped its DDP modules. The order
+    matters: a DDP's reducer holding the last reference to a gloo group destroys it with the
+    GIL held, joining gloo's threads, while one of them, finishing a Python comm-hook callback
+    (`AllReduceTimer.hook`'s), waits for the GIL: a deadlock (seen under load). The group's
+    own Python object releases the GIL as it goes."""
+    gc.collect()  # a DDP module in a reference cycle
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def union_seconds(intervals: list[tuple[float, float]]) -> float:
@@ -159,14 +172,9 @@ class DataParallelTrainers:
         return out
 
     def close(self) -> None:
-        for q in self.inbox:
-            q.put(None)
-        for p in self.procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.terminate()
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        stop_workers(self.inbox, self.procs)
+        self.ddp = None
+        leave_group()
         shutil.rmtree(Path(self.rendezvous).parent, ignore_errors=True)
 
 
@@ -194,7 +202,8 @@ def _rank_main(rank: int, world: int, rendezvous: str, kwargs: dict, optimizer: 
                 learner.update(sample(window, rows, rng), model=ddp)
             timer.take()  # rank 0's figures are the ones logged
             outbox.put(("done", rank))
-        dist.destroy_process_group()
+        del ddp
+        leave_group()
     except Exception:  # noqa: BLE001  (reported to the loop)
         outbox.put(("error", traceback.format_exc()))
 
@@ -217,7 +226,8 @@ def ddp_gradients(rank: int, world: int, rendezvous: str, kwargs: dict, state: d
         # numpy, not tensors: a tensor in a queue is shared through the sender, gone by then
         grads = {n: p.grad.numpy().copy() for n, p in learner.net.named_parameters()}
         out.put((rank, (grads, timer.take())))
-        dist.destroy_process_group()
+        del ddp, loss
+        leave_group()
     except Exception:  # noqa: BLE001  (reported to the loop)
         import traceback
         out.put((rank, traceback.format_exc()))

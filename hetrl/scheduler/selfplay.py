@@ -72,6 +72,7 @@ from hetrl.envs.go import GoGame, area_owner
 from hetrl.scheduler.context import Stopped, Training, loop_metrics, report_placement
 from hetrl.scheduler.dataparallel import DataParallelTrainers
 from hetrl.scheduler.state import LoopState, PhaseTimer
+from hetrl.scheduler.workers import stop_workers
 from hetrl.tracking.plots import go_board
 
 log = logging.getLogger("hetrl")
@@ -421,12 +422,7 @@ class _WorkerPool(_Pool):
         return records
 
     def close(self) -> None:
-        for q in self.queues:
-            q.put(None)
-        for p in self.procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.terminate()
+        stop_workers(self.queues, self.procs)
 
 
 class _RayWorkerPool(_Pool):
