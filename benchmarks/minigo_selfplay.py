@@ -9,7 +9,8 @@ Five tables:
    1 thread: leaves batched across `concurrent` games (MiniGo's concurrent games, KataGo's
    network server) against one game at a time, one leaf per network call (the
    OpenSpiel-Python / muzero-general design of one game per process).
-3. **Self-play games/s** with 1 and 2 worker processes (`scheduler.workers`).
+3. **Self-play games/s**, moves/s and leaf evaluations/s with 1 and 2 worker processes
+   (`scheduler.workers`): the second row is the 2 cores' rate.
 4. **Training positions/s** of the data-parallel trainers (`scheduler.trainers`, DDP over
    gloo, the global batch split over the ranks) on random 9×9 positions: 1 rank at 1 torch
    thread, 1 rank at 2 threads (what the same two cores give inside one process) and 2 ranks
@@ -94,9 +95,10 @@ def leaf_rate(game: GoGame, net: torch.nn.Module, concurrent: int, virtual_losse
 
 
 def games_per_s(workers: int, game: GoGame, width: int, blocks: int, games: int,
-                readouts: int) -> tuple[float, float]:
-    """Self-play games/s and moves/s through the loop's worker pool (`workers` processes);
-    a random network's games vary in length, so moves/s is the steadier figure."""
+                readouts: int) -> tuple[float, float, float]:
+    """Self-play games/s, moves/s and MCTS leaf evaluations/s through the loop's worker pool
+    (`workers` processes, all their cores); a random network's games vary in length, so
+    moves/s is the steadier figure."""
     from hetrl.scheduler.selfplay import _WorkerPool
 
     class _Learner:  # what the pool reads of a learner
@@ -108,10 +110,12 @@ def games_per_s(workers: int, game: GoGame, width: int, blocks: int, games: int,
     pool = _WorkerPool(workers, game, _Learner(), 0)  # type: ignore[arg-type]
     try:
         pool.play(workers, 1, 10**9, 0, SearchStats())  # warm up: processes started
+        stats = SearchStats()
         start = time.perf_counter()
-        records = pool.play(games, games, 10**9, 1, SearchStats())  # all at once, each worker
+        records = pool.play(games, games, 10**9, 1, stats)  # all at once, each worker
         seconds = time.perf_counter() - start
-        return len(records) / seconds, sum(len(r.moves) for r in records) / seconds
+        return (len(records) / seconds, sum(len(r.moves) for r in records) / seconds,
+                stats.leaves / seconds)
     finally:
         pool.close()
 
@@ -186,11 +190,11 @@ def main() -> None:
 
     rows = []
     for workers in (1, 2):
-        games, moves = games_per_s(workers, game, width, blocks, 2 * workers if smoke else 32,
-                                   readouts // 2)
-        rows.append((workers, f"{games:.2f}", f"{moves:.0f}"))
-    table(["workers", "games / s", "moves / s"], rows,
-          f"Self-play, 9x9, {readouts // 2} readouts, width {width} x {blocks}", "rrr")
+        games, moves, leaves = games_per_s(workers, game, width, blocks,
+                                           2 * workers if smoke else 32, readouts // 2)
+        rows.append((workers, f"{games:.2f}", f"{moves:.0f}", f"{leaves:,.0f}"))
+    table(["workers", "games / s", "moves / s", "leaf evals / s"], rows,
+          f"Self-play, 9x9, {readouts // 2} readouts, width {width} x {blocks}", "rrrr")
 
     batch, steps = (16, 2) if smoke else (256, 30)
     rates = {(r, t): training_rate(r, t, game, width, blocks, batch, steps)
