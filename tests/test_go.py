@@ -126,3 +126,33 @@ def test_sgf_of_a_game(game):
     assert sgf.startswith("(;GM[1]FF[4]") and "SZ[5]KM[7.5]RU[Tromp-Taylor]" in sgf
     assert ";B[ae];W[ea];B[cc];W[];B[])" in sgf  # a1 is the bottom-left: SGF's row "e"
     assert f"RE[{'B' if pos.winner() == 1 else 'W'}+{abs(pos.score()):g}]" in sgf
+
+
+def _random_positions(size: int, games: int, seed: int) -> list[GoPosition]:
+    """Every position of random games (few passes, long: many captures and repeats)."""
+    game = GoGame(size, max_moves=300)
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(games):
+        pos = game.new_position()
+        while not pos.is_terminal():
+            out.append(pos)
+            moves = np.flatnonzero(pos.legal_mask()[:-1])
+            pos = pos.play(int(rng.choice(moves)) if len(moves) and rng.random() > 0.02
+                           else game.pass_action)
+    return out
+
+
+@pytest.mark.parametrize("size", [3, 4, 9])
+def test_legal_moves_leave_out_exactly_the_superko_repeats(size):
+    """OpenSpiel's legal moves less those whose position repeats (found by playing each):
+    on 3x3 and 4x4 random games repeat positions often."""
+    repeats = 0
+    for pos in _random_positions(size, 8 if size < 9 else 2, seed=size):
+        spiel = np.asarray(pos.state.legal_actions_mask(), dtype=bool)
+        superko = [a for a in np.flatnonzero(spiel[:-1]) if pos.play(int(a)).superko]
+        expected = spiel.copy()
+        expected[superko] = False
+        np.testing.assert_array_equal(pos.legal_mask(), expected)
+        repeats += len(superko)
+    assert repeats > 0 or size == 9  # the small boards checked real repeats
