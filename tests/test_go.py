@@ -58,7 +58,7 @@ def test_positional_superko_forbids_a_repeat_that_simple_ko_allows(game):
     pos = play(game, KO + " c2 a5 e4")
     target = pos.play(game.action("b2")).board
     assert not pos.play(game.action("b2")).superko
-    repeated = GoPosition(game, pos.state, pos.board, pos.boards, pos.seen | {target.tobytes()},
+    repeated = GoPosition(game, pos.state, pos.history, pos.seen | {target.tobytes()},
                           pos.counts | {(int((target == 1).sum()), int((target == -1).sum()))})
     assert not repeated.legal_mask()[game.action("b2")]
     child = repeated.play(game.action("b2"))
@@ -100,6 +100,27 @@ def test_liberties():
     libs = liberty_counts(board)
     assert libs[0, 0] == 1  # a1 has only a2 left
     assert libs[0, 1] == 2 and libs[2, 2] == 6 and libs[2, 3] == 6 and libs[1, 1] == 0
+
+
+def _liberty_counts_by_labels(board: np.ndarray) -> np.ndarray:
+    """The reference: groups labelled by scipy, each group's liberties the empty points
+    its dilation reaches."""
+    from scipy import ndimage
+
+    cross = ndimage.generate_binary_structure(2, 1)
+    out = np.zeros(board.shape, dtype=np.int64)
+    for colour in (BLACK, WHITE):
+        labels, count = ndimage.label(board == colour, cross)
+        for g in range(1, count + 1):
+            group = labels == g
+            out[group] = (ndimage.binary_dilation(group, cross) & (board == 0)).sum()
+    return out
+
+
+@pytest.mark.parametrize("size", [4, 9])
+def test_liberties_of_every_group_of_random_games(size):
+    for pos in _random_positions(size, 2, seed=size)[::3]:
+        np.testing.assert_array_equal(pos.liberties(), _liberty_counts_by_labels(pos.board))
 
 
 def test_env_plays_a_game_against_random():
