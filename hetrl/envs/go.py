@@ -57,6 +57,8 @@ class GoGame:
         # OpenSpiel writes a state's planes (black, white, empty, to play) into this buffer:
         # no Python list per move, as `state.observation_tensor()` makes
         self._observation = make_observation(self.spiel)
+        groups(np.zeros((board_size, board_size), np.int8))  # numba's kernel loaded (or
+        # compiled) now, not in the first search
 
     def new_position(self) -> GoPosition:
         state = self.spiel.new_initial_state()
