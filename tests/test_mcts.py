@@ -5,6 +5,7 @@ play stronger."""
 from __future__ import annotations
 
 import hashlib
+import math
 
 import numpy as np
 import pytest
@@ -146,3 +147,26 @@ def test_self_play_is_pinned(size, games, readouts, resign, digest):
                          np.random.default_rng(7))
     assert any(r.resigned for r in records) and not all(r.resigned for r in records)
     assert _digest(records) == digest
+
+
+def test_compiled_puct_picks_numpys_argmax():
+    """The compiled PUCT argmax is numpy's formula, operation for operation: the same child
+    on random statistics (ties included: the first of equal scores)."""
+    cfg = SearchConfig()
+    rng = np.random.default_rng(0)
+    game = GoGame(board_size=9)
+    for _ in range(2000):
+        node = Node(game.new_position())
+        n = game.num_actions
+        node.legal = rng.random(n) > 0.3
+        node.child_N = rng.integers(0, 4, n).astype(np.float64)
+        node.child_W = rng.normal(size=n) * node.child_N
+        node.prior = rng.dirichlet(np.ones(n)) if rng.random() < 0.8 else np.full(n, 1.0 / n)
+        node.N, node.q_init = float(node.child_N.sum()), float(rng.normal())
+        node.to_play = int(rng.choice([-1, 1]))
+        c = 2.0 * (math.log((1.0 + node.N + cfg.c_puct_base) / cfg.c_puct_base)
+                   + cfg.c_puct_init)
+        u = c * math.sqrt(max(1.0, node.N - 1.0)) * node.prior / (1.0 + node.child_N)
+        score = (node.child_W + node.q_init) / (1.0 + node.child_N) * node.to_play + u
+        score[~node.legal] = -np.inf
+        assert node.best_action(cfg) == int(np.argmax(score))

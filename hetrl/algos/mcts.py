@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -98,13 +100,12 @@ class Node:
         return float((p.child_W[self.action] + p.q_init) / (1.0 + p.child_N[self.action]))
 
     def best_action(self, cfg: SearchConfig) -> int:
+        """argmax over the legal children of Q·to_play + U (the first of equal ones)."""
         n_p = self.N
         c = 2.0 * (math.log((1.0 + n_p + cfg.c_puct_base) / cfg.c_puct_base) + cfg.c_puct_init)
-        u = c * math.sqrt(max(1.0, n_p - 1.0)) * self.prior / (1.0 + self.child_N)
-        q = (self.child_W + self.q_init) / (1.0 + self.child_N)
-        score = q * self.to_play + u
-        score[~self.legal] = -np.inf
-        return int(np.argmax(score))
+        return _kernels().best_action(self.prior, self.child_N, self.child_W, self.legal,
+                                      c * math.sqrt(max(1.0, n_p - 1.0)), self.q_init,
+                                      float(self.to_play))
 
     def expand(self, prior: np.ndarray, value: float, cfg: SearchConfig) -> None:
         legal = self.pos.legal_mask()
@@ -131,6 +132,29 @@ class Node:
         visits = self.child_N
         total = visits.sum()
         return visits / total if total > 0 else self.prior.copy()
+
+
+def _best_action_loop(prior: np.ndarray, child_N: np.ndarray, child_W: np.ndarray,
+                      legal: np.ndarray, u_scale: float, q_init: float, to_play: float) -> int:
+    """PUCT's argmax, compiled: per child, in numpy's order of operations,
+    (W + q_init) / (1 + N) · to_play + u_scale · P / (1 + N)."""
+    best, best_score = -1, -np.inf
+    for a in range(prior.shape[0]):
+        if legal[a]:
+            visits = 1.0 + child_N[a]
+            score = (child_W[a] + q_init) / visits * to_play + u_scale * prior[a] / visits
+            if score > best_score:
+                best, best_score = a, score
+    return best
+
+
+@cache
+def _kernels() -> SimpleNamespace:
+    """The jitted kernels, made on first use (`cache=True`: compiled once, then loaded from
+    numba's cache by every process)."""
+    import numba
+
+    return SimpleNamespace(best_action=numba.njit(cache=True, nogil=True)(_best_action_loop))
 
 
 def select_leaf(root: Node, cfg: SearchConfig) -> Node:
