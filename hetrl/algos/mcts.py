@@ -49,6 +49,9 @@ class SearchConfig:
     resign_threshold: float = -0.9  # resign when the root's Q for the mover is below it
     resign_disable_pct: float = 0.1  # games that never resign (to check false resigns)
 
+    def __post_init__(self) -> None:
+        _kernels()  # loaded (or compiled) now, not in the first search
+
     def alpha(self, game: GoGame) -> float:
         return self.dirichlet_alpha or 0.03 * 361 / game.num_actions
 
@@ -150,11 +153,14 @@ def _best_action_loop(prior: np.ndarray, child_N: np.ndarray, child_W: np.ndarra
 
 @cache
 def _kernels() -> SimpleNamespace:
-    """The jitted kernels, made on first use (`cache=True`: compiled once, then loaded from
-    numba's cache by every process)."""
+    """The jitted kernels, made and run once on first use (`cache=True`: compiled once, then
+    loaded from numba's cache by every process)."""
     import numba
 
-    return SimpleNamespace(best_action=numba.njit(cache=True, nogil=True)(_best_action_loop))
+    kernels = SimpleNamespace(best_action=numba.njit(cache=True, nogil=True)(_best_action_loop))
+    one = np.zeros(1)
+    kernels.best_action(one, one, one, np.ones(1, dtype=bool), 1.0, 0.0, 1.0)
+    return kernels
 
 
 def select_leaf(root: Node, cfg: SearchConfig) -> Node:
