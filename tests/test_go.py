@@ -58,7 +58,7 @@ def test_positional_superko_forbids_a_repeat_that_simple_ko_allows(game):
     pos = play(game, KO + " c2 a5 e4")
     target = pos.play(game.action("b2")).board
     assert not pos.play(game.action("b2")).superko
-    repeated = GoPosition(game, pos.state, pos.board, pos.boards, pos.seen | {target.tobytes()},
+    repeated = GoPosition(game, pos.state, pos.history, pos.seen | {target.tobytes()},
                           pos.counts | {(int((target == 1).sum()), int((target == -1).sum()))})
     assert not repeated.legal_mask()[game.action("b2")]
     child = repeated.play(game.action("b2"))
@@ -102,6 +102,27 @@ def test_liberties():
     assert libs[0, 1] == 2 and libs[2, 2] == 6 and libs[2, 3] == 6 and libs[1, 1] == 0
 
 
+def _liberty_counts_by_labels(board: np.ndarray) -> np.ndarray:
+    """The reference: groups labelled by scipy, each group's liberties the empty points
+    its dilation reaches."""
+    from scipy import ndimage
+
+    cross = ndimage.generate_binary_structure(2, 1)
+    out = np.zeros(board.shape, dtype=np.int64)
+    for colour in (BLACK, WHITE):
+        labels, count = ndimage.label(board == colour, cross)
+        for g in range(1, count + 1):
+            group = labels == g
+            out[group] = (ndimage.binary_dilation(group, cross) & (board == 0)).sum()
+    return out
+
+
+@pytest.mark.parametrize("size", [4, 9])
+def test_liberties_of_every_group_of_random_games(size):
+    for pos in _random_positions(size, 2, seed=size)[::3]:
+        np.testing.assert_array_equal(pos.liberties(), _liberty_counts_by_labels(pos.board))
+
+
 def test_env_plays_a_game_against_random():
     env = GoVectorEnv(board_size=5)
     obs, _ = env.reset(seed=0)
@@ -126,3 +147,33 @@ def test_sgf_of_a_game(game):
     assert sgf.startswith("(;GM[1]FF[4]") and "SZ[5]KM[7.5]RU[Tromp-Taylor]" in sgf
     assert ";B[ae];W[ea];B[cc];W[];B[])" in sgf  # a1 is the bottom-left: SGF's row "e"
     assert f"RE[{'B' if pos.winner() == 1 else 'W'}+{abs(pos.score()):g}]" in sgf
+
+
+def _random_positions(size: int, games: int, seed: int) -> list[GoPosition]:
+    """Every position of random games (few passes, long: many captures and repeats)."""
+    game = GoGame(size, max_moves=300)
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(games):
+        pos = game.new_position()
+        while not pos.is_terminal():
+            out.append(pos)
+            moves = np.flatnonzero(pos.legal_mask()[:-1])
+            pos = pos.play(int(rng.choice(moves)) if len(moves) and rng.random() > 0.02
+                           else game.pass_action)
+    return out
+
+
+@pytest.mark.parametrize("size", [3, 4, 9])
+def test_legal_moves_leave_out_exactly_the_superko_repeats(size):
+    """OpenSpiel's legal moves less those whose position repeats (found by playing each):
+    on 3x3 and 4x4 random games repeat positions often."""
+    repeats = 0
+    for pos in _random_positions(size, 8 if size < 9 else 2, seed=size):
+        spiel = np.asarray(pos.state.legal_actions_mask(), dtype=bool)
+        superko = [a for a in np.flatnonzero(spiel[:-1]) if pos.play(int(a)).superko]
+        expected = spiel.copy()
+        expected[superko] = False
+        np.testing.assert_array_equal(pos.legal_mask(), expected)
+        repeats += len(superko)
+    assert repeats > 0 or size == 9  # the small boards checked real repeats

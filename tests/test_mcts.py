@@ -4,6 +4,9 @@ play stronger."""
 
 from __future__ import annotations
 
+import hashlib
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -113,3 +116,57 @@ def test_pure_mcts_beats_random_and_the_higher_rung_beats_the_lower(game):
 def test_pure_mcts_finds_a_one_move_capture(game):
     pos = moves(game, "b3 c3 b4 c4 d3 a1 d4 e1 c2 a5")  # white c3-c4 has one liberty: c5
     assert game.coord(PureMcts(game, 1000, 0).move(pos)) == "c5"
+
+
+def _digest(records) -> str:
+    """One hash of everything self-play gives: moves, results, planes, visit targets."""
+    h = hashlib.sha256()
+    for r in records:
+        h.update(np.array(r.moves, np.int64).tobytes())
+        h.update(repr((r.winner, r.resigned, r.score)).encode())
+        for a in (r.planes, r.pis, r.zs):
+            h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+@pytest.mark.parametrize("size,games,readouts,resign,digest", [
+    (5, 6, 24, -0.1, "fbdaf3797f9b9d65"),
+    (9, 3, 32, -0.2, "a4e2bfd295a4eb2c"),
+])
+def test_self_play_is_pinned(size, games, readouts, resign, digest):
+    """Self-play with every part of the search on (PUCT, virtual losses, Dirichlet noise,
+    softpicks, playout-cap randomization, resignation, superko) gives, move for move and
+    visit for visit, the games it gave when this test was written: a speed-up of the search
+    or the rules may not change what they compute."""
+    game = GoGame(board_size=size)
+    torch.manual_seed(0)
+    net = PolicyValueNet(game.planes, size, 8, 1).double()
+    cfg = SearchConfig(readouts=readouts, fast_readouts=readouts // 4, virtual_losses=4,
+                       resign_threshold=resign, resign_disable_pct=0.3)
+    records = play_games(games, games, game, _double(net, game), cfg,
+                         np.random.default_rng(7))
+    assert any(r.resigned for r in records) and not all(r.resigned for r in records)
+    assert _digest(records) == digest
+
+
+def test_compiled_puct_picks_numpys_argmax():
+    """The compiled PUCT argmax is numpy's formula, operation for operation: the same child
+    on random statistics (ties included: the first of equal scores)."""
+    cfg = SearchConfig()
+    rng = np.random.default_rng(0)
+    game = GoGame(board_size=9)
+    for _ in range(2000):
+        node = Node(game.new_position())
+        n = game.num_actions
+        node.legal = rng.random(n) > 0.3
+        node.child_N = rng.integers(0, 4, n).astype(np.float64)
+        node.child_W = rng.normal(size=n) * node.child_N
+        node.prior = rng.dirichlet(np.ones(n)) if rng.random() < 0.8 else np.full(n, 1.0 / n)
+        node.N, node.q_init = float(node.child_N.sum()), float(rng.normal())
+        node.to_play = int(rng.choice([-1, 1]))
+        c = 2.0 * (math.log((1.0 + node.N + cfg.c_puct_base) / cfg.c_puct_base)
+                   + cfg.c_puct_init)
+        u = c * math.sqrt(max(1.0, node.N - 1.0)) * node.prior / (1.0 + node.child_N)
+        score = (node.child_W + node.q_init) / (1.0 + node.child_N) * node.to_play + u
+        score[~node.legal] = -np.inf
+        assert node.best_action(cfg) == int(np.argmax(score))

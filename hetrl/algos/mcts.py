@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -46,6 +48,9 @@ class SearchConfig:
     softpick_moves: int | None = None  # None: (N*N // 12) // 2 * 2 (6 on 9x9)
     resign_threshold: float = -0.9  # resign when the root's Q for the mover is below it
     resign_disable_pct: float = 0.1  # games that never resign (to check false resigns)
+
+    def __post_init__(self) -> None:
+        _kernels()  # loaded (or compiled) now, not in the first search
 
     def alpha(self, game: GoGame) -> float:
         return self.dirichlet_alpha or 0.03 * 361 / game.num_actions
@@ -98,13 +103,12 @@ class Node:
         return float((p.child_W[self.action] + p.q_init) / (1.0 + p.child_N[self.action]))
 
     def best_action(self, cfg: SearchConfig) -> int:
+        """argmax over the legal children of Q·to_play + U (the first of equal ones)."""
         n_p = self.N
         c = 2.0 * (math.log((1.0 + n_p + cfg.c_puct_base) / cfg.c_puct_base) + cfg.c_puct_init)
-        u = c * math.sqrt(max(1.0, n_p - 1.0)) * self.prior / (1.0 + self.child_N)
-        q = (self.child_W + self.q_init) / (1.0 + self.child_N)
-        score = q * self.to_play + u
-        score[~self.legal] = -np.inf
-        return int(np.argmax(score))
+        return _kernels().best_action(self.prior, self.child_N, self.child_W, self.legal,
+                                      c * math.sqrt(max(1.0, n_p - 1.0)), self.q_init,
+                                      float(self.to_play))
 
     def expand(self, prior: np.ndarray, value: float, cfg: SearchConfig) -> None:
         legal = self.pos.legal_mask()
@@ -131,6 +135,32 @@ class Node:
         visits = self.child_N
         total = visits.sum()
         return visits / total if total > 0 else self.prior.copy()
+
+
+def _best_action_loop(prior: np.ndarray, child_N: np.ndarray, child_W: np.ndarray,
+                      legal: np.ndarray, u_scale: float, q_init: float, to_play: float) -> int:
+    """PUCT's argmax, compiled: per child, in numpy's order of operations,
+    (W + q_init) / (1 + N) · to_play + u_scale · P / (1 + N)."""
+    best, best_score = -1, -np.inf
+    for a in range(prior.shape[0]):
+        if legal[a]:
+            visits = 1.0 + child_N[a]
+            score = (child_W[a] + q_init) / visits * to_play + u_scale * prior[a] / visits
+            if score > best_score:
+                best, best_score = a, score
+    return best
+
+
+@cache
+def _kernels() -> SimpleNamespace:
+    """The jitted kernels, made and run once on first use (`cache=True`: compiled once, then
+    loaded from numba's cache by every process)."""
+    import numba
+
+    kernels = SimpleNamespace(best_action=numba.njit(cache=True, nogil=True)(_best_action_loop))
+    one = np.zeros(1)
+    kernels.best_action(one, one, one, np.ones(1, dtype=bool), 1.0, 0.0, 1.0)
+    return kernels
 
 
 def select_leaf(root: Node, cfg: SearchConfig) -> Node:

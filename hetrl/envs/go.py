@@ -23,11 +23,14 @@ Actions are `row * N + col` (row 0 is the first line, "a1" = 0) and `N * N` is p
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from functools import cache
+from types import SimpleNamespace
+from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import pyspiel
+from open_spiel.python.observation import make_observation
 from scipy import ndimage
 
 BLACK, WHITE = 1, -1
@@ -51,12 +54,23 @@ class GoGame:
         self.spiel = pyspiel.load_game("go", params)
         self.max_moves = self.spiel.max_game_length()
         self.planes = 2 * history + 1 + (3 if liberties else 0)
+        # OpenSpiel writes a state's planes (black, white, empty, to play) into this buffer:
+        # no Python list per move, as `state.observation_tensor()` makes
+        self._observation = make_observation(self.spiel)
+        groups(np.zeros((board_size, board_size), np.int8))  # numba's kernel loaded (or
+        # compiled) now, not in the first search
 
     def new_position(self) -> GoPosition:
         state = self.spiel.new_initial_state()
-        board = np.zeros((self.n, self.n), dtype=np.int8)
-        return GoPosition(self, state, board, (board,), frozenset({board.tobytes()}),
-                          frozenset({(0, 0)}))
+        history = np.zeros((self.history, self.n, self.n), dtype=np.int8)
+        return GoPosition(self, state, history, frozenset({history[0].tobytes()}), frozenset())
+
+    def board_of(self, state: Any) -> np.ndarray:
+        """The state's board (int8 N×N: +1 black, −1 white, 0 empty)."""
+        self._observation.set_from(state, 0)
+        n2 = self.n * self.n
+        planes = self._observation.tensor
+        return (planes[:n2] - planes[n2:2 * n2]).astype(np.int8).reshape(self.n, self.n)
 
     def position_from(self, moves: list[int]) -> GoPosition:
         pos = self.new_position()
@@ -65,21 +79,20 @@ class GoGame:
         return pos
 
     def features(self, positions: list[GoPosition]) -> np.ndarray:
-        """The input planes of each position, float32 (B, planes, N, N), from the mover's side."""
-        out = np.zeros((len(positions), self.planes, self.n, self.n), dtype=np.float32)
+        """The input planes of each position, float32 (B, planes, N, N), from the mover's side
+        (before the first moves, the missing earlier boards are empty)."""
+        out = np.empty((len(positions), self.planes, self.n, self.n), dtype=np.float32)
         h = self.history
-        for i, pos in enumerate(positions):
-            me = pos.to_play
-            for k, board in enumerate(pos.boards[:h]):
-                out[i, 2 * k] = board == me
-                out[i, 2 * k + 1] = board == -me
-            if me == BLACK:
-                out[i, 2 * h] = 1.0
-            if self.liberties:
-                libs = liberty_counts(pos.board)
-                out[i, 2 * h + 1] = libs == 1
-                out[i, 2 * h + 2] = libs == 2
-                out[i, 2 * h + 3] = libs >= 3
+        boards = np.stack([pos.history for pos in positions])  # (B, h, N, N)
+        me = np.array([pos.to_play for pos in positions], dtype=np.int8)[:, None, None, None]
+        out[:, 0:2 * h:2] = boards == me
+        out[:, 1:2 * h:2] = boards == -me
+        out[:, 2 * h] = me[:, 0] == BLACK
+        if self.liberties:
+            libs = np.stack([pos.liberties() for pos in positions])
+            out[:, 2 * h + 1] = libs == 1
+            out[:, 2 * h + 2] = libs == 2
+            out[:, 2 * h + 3] = libs >= 3
         return out
 
     def coord(self, action: int) -> str:
@@ -97,33 +110,46 @@ class GoGame:
 class GoPosition:
     """One position of a game: OpenSpiel's state plus the boards and repeats MiniGo keeps.
 
-    Immutable: `play` returns the next position."""
+    Immutable: `play` returns the next position. `history` holds this board and the earlier
+    ones the input planes show (newest first, empty before the game's start); `seen` every
+    board of the game so far as bytes, `counts` their (black, white) stone counts (the
+    constructor adds this board's)."""
 
     __slots__ = (
-        "board",
-        "boards",
+        "_groups",
         "counts",
         "game",
+        "history",
         "last",
         "moves",
         "seen",
         "state",
+        "stones",
         "superko",
+        "terminal",
+        "to_play",
     )
 
-    def __init__(self, game: GoGame, state: Any, board: np.ndarray, boards: tuple,
-                 seen: frozenset, counts: frozenset, superko: bool = False,
-                 moves: int = 0, last: int | None = None) -> None:
-        self.game, self.state, self.board, self.boards = game, state, board, boards
-        self.seen, self.counts, self.superko = seen, counts, superko
+    def __init__(self, game: GoGame, state: Any, history: np.ndarray, seen: frozenset,
+                 counts: frozenset, superko: bool = False, moves: int = 0,
+                 last: int | None = None) -> None:
+        self.game, self.state, self.history = game, state, history
+        self.seen, self.superko = seen, superko
         self.moves, self.last = moves, last
+        board = history[0]
+        self.stones = (int(np.count_nonzero(board == BLACK)),
+                       int(np.count_nonzero(board == WHITE)))
+        self.counts = counts | {self.stones}
+        self.to_play = BLACK if state.current_player() == 0 else WHITE
+        self.terminal = superko or state.is_terminal()
+        self._groups: Groups | None = None
 
     @property
-    def to_play(self) -> int:
-        return BLACK if self.state.current_player() == 0 else WHITE
+    def board(self) -> np.ndarray:
+        return self.history[0]
 
     def is_terminal(self) -> bool:
-        return self.superko or self.state.is_terminal()
+        return self.terminal
 
     def winner(self) -> int:
         """+1 black wins, -1 white wins (a superko move loses for the player who made it)."""
@@ -135,39 +161,60 @@ class GoPosition:
         """Tromp-Taylor area score, black minus white, komi included."""
         return float(area_owner(self.board).sum()) - self.game.komi
 
+    def groups(self) -> Groups:
+        """The board's groups (computed once: the input planes and `legal_mask` both ask)."""
+        if self._groups is None:
+            self._groups = groups(self.board)
+        return self._groups
+
+    def liberties(self) -> np.ndarray:
+        """Each stone's group's number of liberties (0 on empty points)."""
+        g = self.groups()
+        return g.libs[g.labels]
+
     def play(self, action: int) -> GoPosition:
         """The position after `action` (legal by OpenSpiel's rules; a superko repeat gives a
         terminal position with `superko` set)."""
         state = self.state.clone()
         state.apply_action(int(action))
-        obs = np.asarray(state.observation_tensor(0), dtype=np.float32)
-        n2 = self.game.n * self.game.n
-        board = (obs[:n2] - obs[n2:2 * n2]).astype(np.int8).reshape(self.game.n, self.game.n)
+        history = np.empty_like(self.history)
+        history[0] = board = self.game.board_of(state)
+        history[1:] = self.history[:-1]
         key = board.tobytes()
         superko = action != self.game.pass_action and key in self.seen
-        count = (int((board == BLACK).sum()), int((board == WHITE).sum()))
-        return GoPosition(self.game, state, board, (board,) + self.boards[:self.game.history - 1],
-                          self.seen | {key}, self.counts | {count}, superko, self.moves + 1,
-                          int(action))
+        return GoPosition(self.game, state, history, self.seen | {key}, self.counts, superko,
+                          self.moves + 1, int(action))
 
     def legal_mask(self) -> np.ndarray:
         """Legal moves (bool, N*N+1): OpenSpiel's (no suicide, no simple ko) less the moves
         that repeat an earlier position (positional superko)."""
-        if self.is_terminal():
+        if self.terminal:
             return np.zeros(self.game.num_actions, dtype=bool)
         mask = np.asarray(self.state.legal_actions_mask(), dtype=bool)
-        me = self.to_play
-        own = int((self.board == me).sum()) + 1
-        opp = int((self.board == -me).sum())
-        # a repeat needs an earlier position with one more own stone and at most as many
-        # of the opponent's (a move adds a stone and may capture): rare, then checked exactly
-        possible = any((b if me == BLACK else w) == own and (w if me == BLACK else b) <= opp
-                       for b, w in self.counts)
-        if possible:
-            for action in np.flatnonzero(mask[:-1]):
-                if self.play(int(action)).superko:
-                    mask[action] = False
+        for action in self._may_repeat(mask):
+            if self.play(action).superko:
+                mask[action] = False
         return mask
+
+    def _may_repeat(self, mask: np.ndarray) -> list[int]:
+        """The legal moves whose position has the stone counts of an earlier one (a repeat
+        needs them; rare, then checked by playing the move). A move adds a stone of the mover
+        and removes the opponent's groups beside it that it takes the last liberty of."""
+        me = 0 if self.to_play == BLACK else 1
+        own, opp = self.stones[me] + 1, self.stones[1 - me]
+
+        def seen(opp_after: int) -> bool:
+            return ((own, opp_after) if me == 0 else (opp_after, own)) in self.counts
+
+        g = self.groups()
+        captures = np.zeros(self.game.num_actions, dtype=np.int64)  # stones each move takes
+        colour = -self.to_play
+        for group in np.flatnonzero((g.libs == 1) & (g.colour == colour)):
+            captures[g.liberty[group]] += g.sizes[group]
+        moves = np.flatnonzero(mask[:-1])
+        if seen(opp):
+            return [int(a) for a in moves if captures[a] == 0 or seen(opp - captures[a])]
+        return [int(a) for a in moves[captures[moves] > 0] if seen(opp - captures[a])]
 
 
 def area_owner(board: np.ndarray) -> np.ndarray:
@@ -184,26 +231,90 @@ def area_owner(board: np.ndarray) -> np.ndarray:
     return owner
 
 
+class Groups(NamedTuple):
+    """A board's groups (stones of one colour joined by their sides), numbered from 1."""
+
+    labels: np.ndarray  # (N, N) int32: each stone's group, 0 on empty points
+    colour: np.ndarray  # per group (index 0: no group): +1 black, -1 white
+    libs: np.ndarray  # its number of liberties (0 for index 0)
+    sizes: np.ndarray  # its number of stones
+    liberty: np.ndarray  # one of its liberties (its only one where libs is 1)
+
+
+def groups(board: np.ndarray) -> Groups:
+    n = board.shape[0]
+    labels, colour, libs, sizes, liberty = _kernels().groups(
+        np.ascontiguousarray(board, dtype=np.int8).ravel(), n)
+    return Groups(labels.reshape(n, n), colour, libs, sizes, liberty)
+
+
 def liberty_counts(board: np.ndarray) -> np.ndarray:
     """Each stone's group's number of liberties (0 on empty points)."""
-    groups = np.zeros(board.shape, dtype=np.int32)
-    black, nb = ndimage.label(board == BLACK, _NEIGHBOURS)
-    white, nw = ndimage.label(board == WHITE, _NEIGHBOURS)
-    groups = black + np.where(white > 0, white + nb, 0)
-    if nb + nw == 0:
-        return groups
-    n = board.shape[0]
-    padded = np.zeros((n + 2, n + 2), dtype=np.int32)
-    padded[1:-1, 1:-1] = groups
-    neighbours = np.stack([padded[:-2, 1:-1], padded[2:, 1:-1], padded[1:-1, :-2],
-                           padded[1:-1, 2:]])  # (4, N, N): the group beside each point
-    empty = np.flatnonzero(board.ravel() == 0)
-    beside = neighbours.reshape(4, -1)[:, empty]  # (4, n_empty)
-    touches = np.zeros((nb + nw + 1, len(empty)), dtype=bool)  # group x empty point
-    touches[beside, np.broadcast_to(np.arange(len(empty)), beside.shape)] = True
-    libs = touches.sum(axis=1)
-    libs[0] = 0
-    return np.where(groups > 0, libs[groups], 0)
+    g = groups(board)
+    return g.libs[g.labels]
+
+
+def _groups_loop(board: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+    """Flood fill of each group from its first stone (row-major), counting each liberty once
+    (`stamp` marks the empty points a group has counted)."""
+    n2 = n * n
+    labels = np.zeros(n2, np.int32)
+    colour = np.zeros(n2 + 1, np.int8)
+    libs = np.zeros(n2 + 1, np.int32)
+    sizes = np.zeros(n2 + 1, np.int32)
+    liberty = np.full(n2 + 1, -1, np.int32)
+    stamp = np.zeros(n2, np.int32)
+    stack = np.empty(n2, np.int32)
+    g = 0
+    for start in range(n2):
+        if board[start] == 0 or labels[start] != 0:
+            continue
+        g += 1
+        colour[g] = board[start]
+        labels[start] = g
+        stack[0] = start
+        top = 1
+        while top > 0:
+            top -= 1
+            p = stack[top]
+            sizes[g] += 1
+            r, c = p // n, p % n
+            for k in range(4):
+                if k == 0:
+                    if r == 0:
+                        continue
+                    q = p - n
+                elif k == 1:
+                    if r == n - 1:
+                        continue
+                    q = p + n
+                elif k == 2:
+                    if c == 0:
+                        continue
+                    q = p - 1
+                else:
+                    if c == n - 1:
+                        continue
+                    q = p + 1
+                if board[q] == 0:
+                    if stamp[q] != g:
+                        stamp[q] = g
+                        libs[g] += 1
+                        liberty[g] = q
+                elif board[q] == colour[g] and labels[q] == 0:
+                    labels[q] = g
+                    stack[top] = q
+                    top += 1
+    return labels, colour, libs, sizes, liberty
+
+
+@cache
+def _kernels() -> SimpleNamespace:
+    """The jitted kernels, made on first use (`cache=True`: compiled once, then loaded from
+    numba's cache by every process)."""
+    import numba
+
+    return SimpleNamespace(groups=numba.njit(cache=True, nogil=True)(_groups_loop))
 
 
 class GoVectorEnv:
