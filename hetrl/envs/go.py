@@ -169,8 +169,7 @@ class GoPosition:
 
     def liberties(self) -> np.ndarray:
         """Each stone's group's number of liberties (0 on empty points)."""
-        g = self.groups()
-        return g.libs[g.labels]
+        return self.groups().per_point()
 
     def play(self, action: int) -> GoPosition:
         """The position after `action` (legal by OpenSpiel's rules; a superko repeat gives a
@@ -240,6 +239,10 @@ class Groups(NamedTuple):
     sizes: np.ndarray  # its number of stones
     liberty: np.ndarray  # one of its liberties (its only one where libs is 1)
 
+    def per_point(self) -> np.ndarray:
+        """Each stone's group's number of liberties (0 on empty points)."""
+        return self.libs[self.labels]
+
 
 def groups(board: np.ndarray) -> Groups:
     n = board.shape[0]
@@ -250,8 +253,7 @@ def groups(board: np.ndarray) -> Groups:
 
 def liberty_counts(board: np.ndarray) -> np.ndarray:
     """Each stone's group's number of liberties (0 on empty points)."""
-    g = groups(board)
-    return g.libs[g.labels]
+    return groups(board).per_point()
 
 
 def _groups_loop(board: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
