@@ -81,12 +81,16 @@ def stopped_by(sweep_dir: str | Path) -> int | None:
         return None
 
 
+def runs_elsewhere(launcher: DictConfig) -> bool:
+    """Whether the launcher (`hydra.launcher`) runs jobs outside the launching process."""
+    return launcher.get("_target_") != BASIC_LAUNCHER
+
+
 def remote(hydra_cfg: DictConfig) -> bool:
     """Whether this is a sweep whose launcher runs jobs outside the launching process."""
     from hydra.types import RunMode
 
-    return (hydra_cfg.mode == RunMode.MULTIRUN
-            and hydra_cfg.launcher.get("_target_") != BASIC_LAUNCHER)
+    return hydra_cfg.mode == RunMode.MULTIRUN and runs_elsewhere(hydra_cfg.launcher)
 
 
 def run_job(hydra_cfg: DictConfig, run: Callable[[], dict]) -> dict | None:
@@ -198,7 +202,7 @@ class SweepStops(Callback):
         self.sweep_dir = str(config.hydra.sweep.dir)
         Path(self.sweep_dir, MARKER).unlink(missing_ok=True)  # a sweep run again in its dir
         launcher = config.hydra.launcher
-        self.remote = launcher.get("_target_") != BASIC_LAUNCHER
+        self.remote = runs_elsewhere(launcher)
         if launcher.get("_target_") == SLURM_LAUNCHER:
             self.slurm_folder = str(launcher.submitit_folder)
         if not self.remote:

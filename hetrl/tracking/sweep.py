@@ -24,7 +24,7 @@ from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, read_write
 
-from hetrl.sweep_stops import BASIC_LAUNCHER, stopped_by
+from hetrl.sweep_stops import runs_elsewhere, stopped_by
 from hetrl.tracking.base import JOB_NUM_TAG, REFERENCE_TAG
 
 PARENT_ENV = "HETRL_PARENT_RUN_ID"  # read by the jobs' tracking config
@@ -67,7 +67,7 @@ class MlflowSweep(Callback):
                      and not k.startswith("hydra.")]
         self.jobs = _sweep_jobs(config)
         self.sweep_dir = str(config.hydra.sweep.dir)
-        self.remote = config.hydra.launcher.get("_target_") != BASIC_LAUNCHER
+        self.remote = runs_elsewhere(config.hydra.launcher)
         if self.remote:
             self._open_parent(config)
             with read_write(config.hydra.overrides):
