@@ -32,7 +32,7 @@ from common import host_line, table
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from hetrl.tracking.mlflow import client_for, store_uri
+from hetrl.tracking.mlflow import all_runs, client_for, store_uri
 
 KINDS = ("hetrl", "mlflow")
 EXPERIMENT = "starts"
@@ -70,12 +70,7 @@ def kept(uri: str, names: list[str]) -> set[str]:
     experiment = client.get_experiment_by_name(EXPERIMENT)
     if experiment is None:
         return set()
-    runs, token = [], None
-    while True:
-        page = client.search_runs([experiment.experiment_id], page_token=token)
-        runs.extend(page)
-        if not (token := page.token):
-            break
+    runs = all_runs(client, [experiment.experiment_id])
     return {r.info.run_name for r in runs if r.info.status == "FINISHED"
             and len(client.get_metric_history(r.info.run_id, "m0")) == STEPS} & set(names)
 

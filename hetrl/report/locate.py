@@ -8,6 +8,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from hetrl.report.runs import ReportError
+from hetrl.tracking.mlflow import all_runs
 
 
 def open_store(uri: str) -> MlflowClient:
@@ -63,20 +64,15 @@ def _parents_of(client: MlflowClient, folder: Path) -> list[str]:
     resolved = folder.resolve()
     exact, tail = [], []
     experiments = [e.experiment_id for e in client.search_experiments()]
-    token = None
-    while experiments:
-        page = client.search_runs(experiments, filter_string="tags.sweep = 'true'",
-                                  order_by=["attributes.start_time DESC"], page_token=token)
-        for run in page:
-            tag = run.data.tags.get("sweep_dir", "")
-            if not tag:
-                continue
-            path = Path(tag)
-            if tag == str(folder) or path.resolve() == resolved:
-                exact.append(run.info.run_id)
-            elif not path.is_absolute() and resolved.parts[-len(path.parts):] == path.parts:
-                tail.append(run.info.run_id)
-        token = page.token
-        if not token:
-            break
+    parents = all_runs(client, experiments, "tags.sweep = 'true'",
+                       ["attributes.start_time DESC"]) if experiments else []
+    for run in parents:
+        tag = run.data.tags.get("sweep_dir", "")
+        if not tag:
+            continue
+        path = Path(tag)
+        if tag == str(folder) or path.resolve() == resolved:
+            exact.append(run.info.run_id)
+        elif not path.is_absolute() and resolved.parts[-len(path.parts):] == path.parts:
+            tail.append(run.info.run_id)
     return exact or tail

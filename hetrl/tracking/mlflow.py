@@ -75,18 +75,24 @@ SERVER_WAIT_S = 10.0  # how long a tracking server that does not answer is retri
 _SILENT: set[str] = set()  # servers that did not answer in this process: not waited for again
 
 
-def sweep_children(client: MlflowClient, parent_id: str) -> tuple[list[Run], list[Run]]:
-    """A sweep's child runs, oldest first, page by page: its jobs, and the reference runs
-    its jobs trained (`REFERENCE_TAG`)."""
-    parent = client.get_run(parent_id)
+def all_runs(client: MlflowClient, experiment_ids: list[str], filter_string: str = "",
+             order_by: list[str] | None = None) -> list[Run]:
+    """Every run a search finds, page by page (a search returns one page)."""
     found, token = [], None
     while True:
-        page = client.search_runs(
-            [parent.info.experiment_id], filter_string=f"tags.{MLFLOW_PARENT_RUN_ID} = '{parent_id}'",
-            order_by=["attributes.start_time ASC"], page_token=token)
+        page = client.search_runs(experiment_ids, filter_string=filter_string,
+                                  order_by=order_by, page_token=token)
         found.extend(page)
         if not (token := page.token):
-            break
+            return found
+
+
+def sweep_children(client: MlflowClient, parent_id: str) -> tuple[list[Run], list[Run]]:
+    """A sweep's child runs, oldest first: its jobs, and the reference runs its jobs trained
+    (`REFERENCE_TAG`)."""
+    parent = client.get_run(parent_id)
+    found = all_runs(client, [parent.info.experiment_id],
+                     f"tags.{MLFLOW_PARENT_RUN_ID} = '{parent_id}'", ["attributes.start_time ASC"])
     jobs = [run for run in found if REFERENCE_TAG not in run.data.tags]
     return jobs, [run for run in found if REFERENCE_TAG in run.data.tags]
 
