@@ -6,17 +6,17 @@ The documented command of issue 13's goal (run from the repository root, on 2 id
     python benchmarks/go_ladder.py                   # 20 min of training, then ~10 min of games
     python benchmarks/go_ladder.py --minutes 480 --ladder-games 50   # the overnight stretch
     python benchmarks/go_ladder.py --smoke           # seconds: go5, a tiny network
-    python benchmarks/go_ladder.py scheduler.workers=0 algo.width=48   # any override of the job
+    python benchmarks/go_ladder.py selfplay.workers=0 algo.width=48   # any override of the job
 
 One job trains through hetrl's real entry (`python -m hetrl` in-process: `compose_job` +
-`experiment.run`) with `algo=alphazero env=go9` and `scheduler.wall_clock_s` = the budget:
+`experiment.run`) with `algo=alphazero env=go9` and `selfplay.wall_clock_s` = the budget:
 self-play workers, training, no gating (every generation is accepted), no evaluation until
 the generation after which another would end past the budget. That last generation is then
 evaluated inside the same job, and logged to its MLflow run (`selfplay/win_rate_vs_*`):
 
 * against a **uniformly random** player over `--games` games (200), colours alternating;
 * against its **generation 0** (the untrained network) over `--games` games at equal readouts
-  (`scheduler.eval_readouts` for both sides);
+  (`selfplay.eval_readouts` for both sides);
 * against the **pure-MCTS ladder**: OpenSpiel's random-rollout MCTS (`hetrl.algos.pure_mcts`)
   at each of `--simulations` (100 and 1,000) simulations a move, `--ladder-games` games each.
 
@@ -41,16 +41,16 @@ from common import host_line, job_config, num, run_job, table, verdict
 
 warnings.filterwarnings("ignore")
 
-RECIPE = ["algo=alphazero", "env=go9", "scheduler.workers=2", "scheduler.generations=100000",
-          "steps=1000000000", "scheduler.eval_every=100000", "scheduler.gating_games=0"]
+RECIPE = ["algo=alphazero", "env=go9", "selfplay.workers=2", "selfplay.generations=100000",
+          "steps=1000000000", "selfplay.eval_every=100000", "selfplay.gating_games=0"]
 """The 9×9 job: the algo's defaults (width 32 × 2 blocks, 32 / 8 readouts, 64 games and 100
 updates a generation, a window of 5), 2 self-play workers, no generation limit (the wall
 clock ends it), evaluated only at the end."""
 
-SMOKE = ["env=go5", "scheduler.workers=0", "algo.width=8", "algo.blocks=1",
+SMOKE = ["env=go5", "selfplay.workers=0", "algo.width=8", "algo.blocks=1",
          "algo.search.readouts=8", "algo.search.fast_readouts=4",
-         "scheduler.games_per_generation=4", "scheduler.concurrent_games=4",
-         "scheduler.train_steps=4", "scheduler.eval_readouts=4"]
+         "selfplay.games_per_generation=4", "selfplay.concurrent_games=4",
+         "selfplay.train_steps=4", "selfplay.eval_readouts=4"]
 
 
 def merged(*overrides: str) -> list[str]:
@@ -91,10 +91,10 @@ def main() -> None:
         args.simulations = [10, 50]
     print(host_line("numpy"))
     overrides = merged(*RECIPE, *(SMOKE if args.smoke else []), f"seed={args.seed}",
-                       f"scheduler.wall_clock_s={60 * args.minutes:g}",
-                       f"scheduler.eval_games={args.games}",
-                       f"scheduler.ladder_games={args.ladder_games}",
-                       f"scheduler.ladder_simulations=[{','.join(map(str, args.simulations))}]",
+                       f"selfplay.wall_clock_s={60 * args.minutes:g}",
+                       f"selfplay.eval_games={args.games}",
+                       f"selfplay.ladder_games={args.ladder_games}",
+                       f"selfplay.ladder_simulations=[{','.join(map(str, args.simulations))}]",
                        *args.overrides)
     print("python -m hetrl " + " ".join(overrides))
     readouts = job_config(*overrides)[0].scheduler.eval_readouts

@@ -10,8 +10,8 @@ Five tables:
    network server) against one game at a time, one leaf per network call (the
    OpenSpiel-Python / muzero-general design of one game per process).
 3. **Self-play games/s**, moves/s and leaf evaluations/s with 1 and 2 worker processes
-   (`scheduler.workers`): the second row is the 2 cores' rate.
-4. **Training positions/s** of the data-parallel trainers (`scheduler.trainers`, DDP over
+   (`selfplay.workers`): the second row is the 2 cores' rate.
+4. **Training positions/s** of the data-parallel trainers (`selfplay.trainers`, DDP over
    gloo, the global batch split over the ranks) on random 9×9 positions: 1 rank at 1 torch
    thread, 1 rank at 2 threads (what the same two cores give inside one process) and 2 ranks
    at 1 thread each, with the scaling efficiency E = rate_2 / (2 · rate_1) (spec C.1.8's E(P)

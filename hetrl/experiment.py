@@ -344,8 +344,12 @@ params (they would bury the few keys a researcher varies)."""
 
 
 def researcher_params(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config as params, less the platform's tables."""
+    """The resolved config as params, less the platform's tables and the top-level nodes
+    that are unset (`selfplay: null`) or only point at another (`scheduler: ${selfplay}`)."""
     tree = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    for key in list(tree):
+        if tree[key] is None or OmegaConf.is_interpolation(cfg, key):
+            del tree[key]
     for key in PLATFORM_TABLES:
         tree.get("platform", {}).pop(key, None)
     return _flatten(tree)

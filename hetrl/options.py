@@ -39,8 +39,14 @@ def group_options(group: str) -> list[str]:
 
 @cache
 def option_yaml(group: str, name: str) -> DictConfig:
-    """The option's YAML as written, its defaults list included and not applied."""
-    return OmegaConf.load(CONF_DIR / group / f"{name}.yaml")
+    """The option's YAML as written, its defaults list included and not applied. An option
+    written at the top level (`# @package _global_`: scheduler=selfplay's options are the run's
+    `selfplay` node) is read as the node its group's key points at."""
+    path = CONF_DIR / group / f"{name}.yaml"
+    written = OmegaConf.load(path)
+    if not (path.read_text().startswith("# @package _global_") and group in written):
+        return written  # a group's own node, or a tuned file (which sets several groups)
+    return OmegaConf.merge({"defaults": written.defaults}, written[group])
 
 
 def option_schema(group: str, name: str) -> str:

@@ -203,8 +203,8 @@ def _check_actors_fit_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> 
         if cfg.scheduler.workers < 1:
             raise ConfigError(
                 f"actors={choices['actors']} places scheduler={choices['scheduler']}'s "
-                f"self-play workers on Ray, but scheduler.workers is {cfg.scheduler.workers}: "
-                "set scheduler.workers >= 1 or choose actors=local")
+                f"self-play workers on Ray, but selfplay.workers is {cfg.scheduler.workers}: "
+                "set selfplay.workers >= 1 or choose actors=local")
         return
     if actors.pool != wants_pool:
         fitting = [o for o in group_options("actors")

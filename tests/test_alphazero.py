@@ -21,16 +21,16 @@ from hetrl.partition.graph import Pass
 from hetrl.validation import validate
 
 TINY = ("steps=64", "algo.width=8", "algo.blocks=1", "algo.search.readouts=8",
-        "algo.search.fast_readouts=4", "scheduler.games_per_generation=4",
-        "scheduler.concurrent_games=4", "scheduler.train_steps=2", "scheduler.eval_games=2",
-        "scheduler.eval_readouts=4", "scheduler.gating_games=2")
+        "algo.search.fast_readouts=4", "selfplay.games_per_generation=4",
+        "selfplay.concurrent_games=4", "selfplay.train_steps=2", "selfplay.eval_games=2",
+        "selfplay.eval_readouts=4", "selfplay.gating_games=2")
 
 
 @pytest.mark.parametrize("overrides, words", [
     (("algo=alphazero", "env=cartpole"), ["algo=alphazero", "go5", "go9"]),
     (("algo=dqn", "env=go9"), ["env=go9", "alphazero"]),
     (("algo=alphazero", "scheduler=sync"), ["scheduler=sync", "selfplay"]),
-    (("algo=alphazero", "scheduler.trainers=0"), ["scheduler.trainers"]),
+    (("algo=alphazero", "selfplay.trainers=0"), ["selfplay.trainers"]),
 ])
 def test_validation_keeps_go_and_alphazero_together(overrides, words):
     cfg, choices = compose_job(*overrides)
@@ -72,12 +72,12 @@ def test_the_host_times_every_layer_pass_of_the_training_step():
 
 
 def test_a_tiny_job_trains_checkpoints_and_resumes(tmp_path: Path):
-    results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=1",
+    results = run_job(tmp_path, "algo=alphazero", *TINY, "selfplay.generations=1",
                       "checkpoint_every=1")
     assert results["updates"] == 2 and results["selfplay/games"] >= 1
     assert results["selfplay/leaf_evals_per_s"] > 0 and results["selfplay/mean_leaf_batch"] >= 1
     cfg, choices = compose_job(f"tracking.uri={tracking_uri(tmp_path)}", "algo=alphazero",
-                               *TINY, "scheduler.generations=2", "steps=100000",
+                               *TINY, "selfplay.generations=2", "steps=100000",
                                f"resume={tmp_path / 'job0'}")
     resumed = experiment.run(cfg, choices, tmp_path / "job0")
     assert resumed["run_id"] == results["run_id"]  # the saved job goes on in its MLflow run
@@ -94,14 +94,14 @@ def test_a_tiny_job_trains_checkpoints_and_resumes(tmp_path: Path):
 
 
 def test_worker_processes_play_the_games(tmp_path: Path):
-    results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=1",
-                      "scheduler.workers=2", "tracking=none")
+    results = run_job(tmp_path, "algo=alphazero", *TINY, "selfplay.generations=1",
+                      "selfplay.workers=2", "tracking=none")
     assert results["selfplay/games"] >= 2 and results["updates"] == 2
 
 
 def test_data_parallel_trainers_train_a_generation_and_time_the_all_reduce(tmp_path: Path):
-    results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=1",
-                      "scheduler.trainers=2", "tracking=none")
+    results = run_job(tmp_path, "algo=alphazero", *TINY, "selfplay.generations=1",
+                      "selfplay.trainers=2", "tracking=none")
     assert results["updates"] == 2 and results["learner/loss"] > 0
     net = PolicyValueNet(GoGame(5).planes, 5, 8, 1)  # go5, TINY's width and blocks
     params = sum(p.numel() for p in net.parameters())
@@ -110,14 +110,14 @@ def test_data_parallel_trainers_train_a_generation_and_time_the_all_reduce(tmp_p
 
 
 def test_one_trainer_logs_no_all_reduce(tmp_path: Path):
-    results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=1",
+    results = run_job(tmp_path, "algo=alphazero", *TINY, "selfplay.generations=1",
                       "tracking=none")
     assert "selfplay/allreduce_s" not in results and "selfplay/allreduce_mb" not in results
 
 
 def test_the_pure_mcts_ladder_is_logged_at_each_evaluation(tmp_path: Path):
-    results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=1",
-                      "scheduler.ladder_games=2", "scheduler.ladder_simulations=[4,16]",
+    results = run_job(tmp_path, "algo=alphazero", *TINY, "selfplay.generations=1",
+                      "selfplay.ladder_games=2", "selfplay.ladder_simulations=[4,16]",
                       "tracking=none")
     for sims in (4, 16):
         assert 0.0 <= results[f"selfplay/win_rate_vs_mcts{sims}"] <= 1.0
@@ -125,11 +125,11 @@ def test_the_pure_mcts_ladder_is_logged_at_each_evaluation(tmp_path: Path):
 
 
 def test_the_wall_clock_ends_the_loop_before_a_generation_that_would_overrun(tmp_path: Path):
-    """`scheduler.wall_clock_s`: the loop stops starting generations once another one, timed
+    """`selfplay.wall_clock_s`: the loop stops starting generations once another one, timed
     as the last, would end past the budget (here long before `generations`); with
     `eval_games=0` nothing is evaluated."""
-    results = run_job(tmp_path, "algo=alphazero", *TINY, "scheduler.generations=100000",
-                      "steps=100000000", "scheduler.wall_clock_s=3", "scheduler.eval_games=0",
+    results = run_job(tmp_path, "algo=alphazero", *TINY, "selfplay.generations=100000",
+                      "steps=100000000", "selfplay.wall_clock_s=3", "selfplay.eval_games=0",
                       "tracking=none")
     assert 2 <= results["selfplay/generation"] < 100000
     assert 2.0 < results["selfplay/wall_s"] < 4.5
@@ -137,11 +137,11 @@ def test_the_wall_clock_ends_the_loop_before_a_generation_that_would_overrun(tmp
 
 
 @pytest.mark.parametrize("override, words", [
-    ("scheduler.wall_clock_s=0", ["scheduler.wall_clock_s=0", "null"]),
-    ("scheduler.ladder_simulations=[0,100]", ["scheduler.ladder_simulations", "[0, 100]",
+    ("selfplay.wall_clock_s=0", ["selfplay.wall_clock_s=0", "null"]),
+    ("selfplay.ladder_simulations=[0,100]", ["selfplay.ladder_simulations", "[0, 100]",
                                               ">= 1"]),
-    ("scheduler.ladder_simulations=[100,100]", ["scheduler.ladder_simulations", "distinct"]),
-    ("scheduler.ladder_games=-1", ["scheduler.ladder_games=-1", ">= 0"]),
+    ("selfplay.ladder_simulations=[100,100]", ["selfplay.ladder_simulations", "distinct"]),
+    ("selfplay.ladder_games=-1", ["selfplay.ladder_games=-1", ">= 0"]),
 ])
 def test_a_bad_ladder_is_a_config_error(override, words):
     with pytest.raises(ConfigError) as error:
@@ -157,8 +157,8 @@ def test_alphazero_learns_to_beat_random_on_go5(tmp_path: Path):
     readouts with the untrained network already wins ~98% of them (measured), so the test
     also asks that it wins >= 60% against that untrained network (generation 0) at equal
     readouts: what learning adds."""
-    results = run_job(tmp_path, "algo=alphazero", "tracking=none", "scheduler.generations=5",
-                      "scheduler.eval_games=100", "scheduler.eval_every=5")
+    results = run_job(tmp_path, "algo=alphazero", "tracking=none", "selfplay.generations=5",
+                      "selfplay.eval_games=100", "selfplay.eval_every=5")
     assert results["selfplay/generation"] == 5
     assert results["selfplay/win_rate_vs_random"] >= 0.9
     assert results["selfplay/win_rate_vs_gen0"] >= 0.6

@@ -188,10 +188,10 @@ def test_alphazero_plans_its_training_step_on_the_cpu_dsp_node(tmp_path, client)
 
     result = run_job(tmp_path, "algo=alphazero", "env=go9", "platform=cpu_dsp",
                      "algo.width=8", "algo.blocks=1", "algo.search.readouts=4",
-                     "algo.search.fast_readouts=2", "scheduler.games_per_generation=2",
-                     "scheduler.concurrent_games=2", "scheduler.generations=1",
-                     "scheduler.train_steps=2", "scheduler.eval_games=2",
-                     "scheduler.eval_readouts=2", "steps=40")
+                     "algo.search.fast_readouts=2", "selfplay.games_per_generation=2",
+                     "selfplay.concurrent_games=2", "selfplay.generations=1",
+                     "selfplay.train_steps=2", "selfplay.eval_games=2",
+                     "selfplay.eval_readouts=2", "steps=40")
     (run,) = mlflow_runs(tmp_path)
     metrics = run.data.metrics
     assert result["updates"] == 2 and metrics["eps_platform"] > 0

@@ -33,9 +33,9 @@ TINY = {"steps": 64, "log_every": 32, "algo.learning_starts": 16, "algo.batch_si
         "algo.n_steps": 16, "algo.hidden": [16], "algo.policy_hidden": None,
         "replay.sampler.refs": 4, "replay.sampler.neighbors": 4, "actors.pull_every": 16,
         "actors.eval_episodes": 1, "algo.width": 8, "algo.blocks": 1, "algo.search.readouts": 8,
-        "algo.search.fast_readouts": 4, "scheduler.games_per_generation": 2,
-        "scheduler.concurrent_games": 2, "scheduler.generations": 1, "scheduler.train_steps": 2,
-        "scheduler.eval_games": 2, "scheduler.eval_readouts": 4, "scheduler.gating_games": 0}
+        "algo.search.fast_readouts": 4, "selfplay.games_per_generation": 2,
+        "selfplay.concurrent_games": 2, "selfplay.generations": 1, "selfplay.train_steps": 2,
+        "selfplay.eval_games": 2, "selfplay.eval_readouts": 4, "selfplay.gating_games": 0}
 """A few steps of any job: each key that the composed config has is set to this."""
 
 

@@ -21,8 +21,8 @@ pytest.importorskip("ray")
 def test_ray_workers_play_a_generation(tmp_path: Path):
     # 4 games, 2 a worker, both started at once: 4 games back means both workers played
     results = run_job(tmp_path, "algo=alphazero", "scheduler=selfplay", "actors=ray",
-                      "scheduler.workers=2", *TINY, "scheduler.generations=1",
-                      "scheduler.gating_games=0")
+                      "selfplay.workers=2", *TINY, "selfplay.generations=1",
+                      "selfplay.gating_games=0")
     assert results["selfplay/games"] == 4 and results["updates"] == 2
     assert results["selfplay/leaf_evals_per_s"] > 0 and results["selfplay/mean_leaf_batch"] >= 1
     assert metric_history(tmp_path, results["run_id"], "actors/nodes") == [(0, 1.0)]
@@ -33,8 +33,8 @@ def test_ray_workers_play_a_generation(tmp_path: Path):
 
 
 def test_ray_needs_workers():
-    cfg, choices = compose_job("algo=alphazero", "actors=ray", "scheduler.workers=0")
-    with pytest.raises(ConfigError, match="scheduler.workers"):
+    cfg, choices = compose_job("algo=alphazero", "actors=ray", "selfplay.workers=0")
+    with pytest.raises(ConfigError, match="selfplay.workers"):
         validate(cfg, choices)
     cfg, choices = compose_job("algo=alphazero", "actors=process")
     with pytest.raises(ConfigError, match="actors=ray"):

@@ -31,6 +31,7 @@ class RunConfig:
     platform: Any = MISSING
     precision: Any = MISSING
     scheduler: Any = MISSING
+    selfplay: Any = None  # scheduler=selfplay: its options, which `scheduler` points at
     replay: Any = MISSING
     tracking: Any = MISSING
     partitioner: Any = MISSING

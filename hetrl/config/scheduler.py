@@ -1,4 +1,5 @@
-"""Scheduler schemas: the training loops take no options of their own, but PEARL's."""
+"""Scheduler schemas: the options of the training loops that take any (selfplay's live in
+the run's `selfplay` node, which `scheduler` points at)."""
 
 from __future__ import annotations
 
@@ -78,16 +79,16 @@ class SelfPlaySchedulerConfig(SchedulerConfig):
     def __post_init__(self) -> None:
         for key in ("games_per_generation", "concurrent_games", "generations", "window",
                     "train_steps", "eval_readouts", "eval_every"):
-            require(getattr(self, key) >= 1, f"scheduler.{key}", getattr(self, key),
+            require(getattr(self, key) >= 1, f"selfplay.{key}", getattr(self, key),
                     "integers >= 1")
         sims = list(self.ladder_simulations)
         require(all(s >= 1 for s in sims) and len(set(sims)) == len(sims),
-                "scheduler.ladder_simulations", sims, "lists of distinct integers >= 1")
+                "selfplay.ladder_simulations", sims, "lists of distinct integers >= 1")
         for key in ("workers", "gating_games", "eval_games", "ladder_games"):
-            require(getattr(self, key) >= 0, f"scheduler.{key}", getattr(self, key),
+            require(getattr(self, key) >= 0, f"selfplay.{key}", getattr(self, key),
                     "integers >= 0")
-        require(self.trainers >= 1, "scheduler.trainers", self.trainers, "integers >= 1")
-        require(self.wall_clock_s is None or self.wall_clock_s > 0, "scheduler.wall_clock_s",
+        require(self.trainers >= 1, "selfplay.trainers", self.trainers, "integers >= 1")
+        require(self.wall_clock_s is None or self.wall_clock_s > 0, "selfplay.wall_clock_s",
                 self.wall_clock_s, "null (no limit) or seconds > 0")
-        require(0 <= self.gating_win_rate <= 1, "scheduler.gating_win_rate",
+        require(0 <= self.gating_win_rate <= 1, "selfplay.gating_win_rate",
                 self.gating_win_rate, "floats in [0, 1]")

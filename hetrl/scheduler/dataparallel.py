@@ -131,9 +131,9 @@ def sample(window: list, rows: int, rng: np.random.Generator) -> tuple[torch.Ten
 class DataParallelTrainers:
     def __init__(self, k: int, learner: AlphaZero, seed: int) -> None:
         if any(".parametrizations." in key for key in learner.net.state_dict()):
-            raise ValueError("scheduler.trainers > 1 trains plain fp32/bf16/fp16 networks: "
+            raise ValueError("selfplay.trainers > 1 trains plain fp32/bf16/fp16 networks: "
                              "precision=qat's parametrized layers do not travel to the other "
-                             "ranks; use scheduler.trainers=1")
+                             "ranks; use selfplay.trainers=1")
         self.k, self.learner = k, learner
         ctx = mp.get_context("spawn")
         self.rendezvous = rendezvous_file()
