@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import importlib.util
 
 import gymnasium as gym
@@ -12,6 +13,7 @@ from helpers import compose_job, hetrl_cli, tracking_uri
 from hydra.errors import ConfigCompositionException, InstantiationException
 from hydra.utils import get_class, instantiate
 
+from hetrl import CONF_DIR
 from hetrl.actors.pool import ActorPool
 from hetrl.config.enums import ActionSpace, Agents
 from hetrl.config.errors import ConfigError
@@ -238,6 +240,15 @@ def test_help_lists_groups_and_options(tmp_path):
     for group in GROUPS:
         assert f"{group}: " in out.stdout
     assert "a2c, alphazero, d4pg, ddpg, dqn, maddpg, matd3, ppo, td3" in out.stdout
+
+
+def test_the_readme_table_names_every_option_of_every_group():
+    """README's "Config groups" table lists each group's options as conf/ has them."""
+    readme = (CONF_DIR.parent / "README.md").read_text()
+    for group in GROUPS:
+        (row,) = [line for line in readme.splitlines() if line.startswith(f"| `{group}` |")]
+        listed = set(re.findall(r"`([a-z0-9_]+)`", row.split("|")[2]))
+        assert listed == set(group_options(group)), group
 
 
 def test_gymnasium_and_mpe_envs_are_real():
