@@ -164,9 +164,17 @@ def _kernels() -> SimpleNamespace:
 
 
 def select_leaf(root: Node, cfg: SearchConfig) -> Node:
+    """The leaf PUCT descends to. As MiniGo's search does, a node whose last move was a pass
+    reads the reply pass first (it ends the game, scored exactly): without it, a player who
+    passes first never sees that the count loses, and self-play can settle into games that one
+    side ends early by passing while the other plays on."""
     node = root
+    pass_action = root.pos.game.pass_action
     while node.expanded and not node.pos.is_terminal():
-        node = node.child(node.best_action(cfg))
+        if node.pos.last == pass_action and node.child_N[pass_action] == 0:
+            node = node.child(pass_action)
+        else:
+            node = node.child(node.best_action(cfg))
     return node
 
 
