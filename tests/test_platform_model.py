@@ -12,10 +12,10 @@ import pytest
 from helpers import compose_job
 from hydra.utils import instantiate
 
+from hetrl.build import build
 from hetrl.config.errors import ConfigError
 from hetrl.options import group_options
 from hetrl.partition.graph import Edge, Kind, Node, Pass, TaskGraph
-from hetrl.partition.planning import plan_step
 from hetrl.platform.model import ModeledPlatform
 from hetrl.validation import validate
 
@@ -187,13 +187,10 @@ def test_a_device_of_a_kind_the_repo_does_not_use_composes_and_plans(tmp_path: P
     cfg, choices = compose_job("device=cpu", f"hydra.searchpath=[file://{tmp_path}]",
                                "platform=mine", "algo=dqn", "env=cartpole", "partitioner=heft")
     validate(cfg, choices)
-    model = instantiate(cfg.platform)
-    envs = instantiate(cfg.env)
-    learner = instantiate(cfg.algo, obs_space=envs.single_observation_space,
-                          act_space=envs.single_action_space, device=model.device)
-    envs.close()
-    step = plan_step(learner, model, instantiate(cfg.precision), instantiate(cfg.partitioner))
-    assert "npu (npu)" in model.describe()["modeled_devices"]
+    job = build(cfg)
+    job.envs.close()
+    step = job.step_plan
+    assert "npu (npu)" in job.platform.describe()["modeled_devices"]
     assert step.plan.devices == ["cpu", "npu"] and 0 < step.metrics(32)["platform/nodes_npu"]
     assert math.isfinite(step.plan.makespan)
 

@@ -12,8 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import compose_job, metric_history, run_job
-from hydra.utils import instantiate
+from helpers import build_job, compose_job, metric_history, run_job
 
 from hetrl.algos.base import Batch
 from hetrl.config.errors import ConfigError
@@ -90,14 +89,13 @@ CRITIC = {"dqn": "q", "ddpg": "critic", "td3": "critic", "d4pg": "critic"}
 
 
 def _learner_and_batch(algo: str, n: int = 8) -> tuple[torch.nn.Module, Batch]:
-    cfg, _ = compose_job(f"algo={algo}", f"env={ALGOS[algo]}", "algo.hidden=[16]")
-    env = gym.make(cfg.env.id)
-    learner = instantiate(cfg.algo, obs_space=env.observation_space,
-                          act_space=env.action_space, device=torch.device("cpu"))
+    job = build_job(f"algo={algo}", f"env={ALGOS[algo]}", "algo.hidden=[16]", "device=cpu")
+    job.envs.close()
+    learner, spaces = job.learner, job.spaces
     torch.manual_seed(0)
-    obs = torch.randn(n, *env.observation_space.shape)
+    obs = torch.randn(n, *spaces["obs_space"].shape)
     actions = (torch.randint(0, 2, (n,)) if algo == "dqn"
-               else torch.rand(n, *env.action_space.shape) * 4 - 2)
+               else torch.rand(n, *spaces["act_space"].shape) * 4 - 2)
     batch = Batch(obs, actions, torch.randn(n), obs + 0.1 * torch.randn_like(obs),
                   (torch.rand(n) < 0.2).float())
     return learner, batch
