@@ -80,6 +80,26 @@ def test_after_a_pass_the_reply_pass_is_read_first(game):
     assert root.child_N[game.pass_action] < 64 / 4
 
 
+def test_own_eyes_are_the_empty_points_walled_by_the_mover(game):
+    pos = moves(game, "a2 e5 b1 e4")  # black a2 and b1 wall a1 in; black to move
+    assert np.flatnonzero(pos.own_eyes()).tolist() == [game.action("a1")]
+    assert not pos.play(game.action("c3")).own_eyes().any()  # white to move: none of its own
+
+
+def test_pass_when_done_keeps_pass_out_of_the_search_until_only_eye_fills_remain(game):
+    """With `pass_when_done` a search never reads a pass while a move that fills no eye of
+    the mover's own is legal, however much its network likes passing."""
+    cfg = SearchConfig(virtual_losses=1, value_init_penalty=0.0, pass_when_done=True)
+    root = search_position(game.new_position(), black_passes_evaluator, cfg, readouts=16)
+    assert root.child_N[game.pass_action] == 0 and not root.legal[game.pass_action]
+    # black fills the board but a1 and e5 while white passes: only its two eyes are left
+    stones = [f"{c}{r}" for c in "abcde" for r in range(1, 6) if f"{c}{r}" not in ("a1", "e5")]
+    two_eyes = game.position_from([a for c in stones for a in (game.action(c), game.pass_action)])
+    node = Node(two_eyes)
+    node.expand(np.full(game.num_actions, 1.0 / game.num_actions), 0.0, cfg)
+    assert node.legal[game.pass_action] and node.legal.sum() == 3  # a1, e5, pass
+
+
 def test_batched_search_equals_one_game_alone():
     game = GoGame(board_size=5)
     torch.manual_seed(0)

@@ -48,6 +48,7 @@ class SearchConfig:
     softpick_moves: int | None = None  # None: (N*N // 12) // 2 * 2 (6 on 9x9)
     resign_threshold: float = -0.9  # resign when the root's Q for the mover is below it
     resign_disable_pct: float = 0.1  # games that never resign (to check false resigns)
+    pass_when_done: bool = False  # pass only once every other legal move fills an own eye
 
     def __post_init__(self) -> None:
         _kernels()  # loaded (or compiled) now, not in the first search
@@ -112,6 +113,8 @@ class Node:
 
     def expand(self, prior: np.ndarray, value: float, cfg: SearchConfig) -> None:
         legal = self.pos.legal_mask()
+        if cfg.pass_when_done and (legal[:-1] & ~self.pos.own_eyes()).any():
+            legal[-1] = False  # pass: the last action
         prior = np.where(legal, prior, 0.0).astype(np.float64)
         total = prior.sum()
         self.prior = prior / total if total > 0 else legal / legal.sum()

@@ -216,6 +216,9 @@ class SearchSchema:
     softpick_moves: Optional[int] = None  # None: (N*N // 12) // 2 * 2
     resign_threshold: float = -0.9
     resign_disable_pct: float = 0.1
+    # pass only once every other legal move would fill one of the mover's own eyes (MiniGo
+    # passes freely; a young 9x9 network then settles into games one side ends by passing)
+    pass_when_done: bool = False
 
     def __post_init__(self) -> None:
         for key in ("readouts", "fast_readouts", "virtual_losses"):

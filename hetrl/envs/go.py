@@ -167,6 +167,15 @@ class GoPosition:
             self._groups = groups(self.board)
         return self._groups
 
+    def own_eyes(self) -> np.ndarray:
+        """(N*N,) bool: the empty points whose every neighbour on the board is a stone of the
+        player to move (filling one only takes a liberty of its own group)."""
+        board = self.board
+        edge = np.pad(board, 1, constant_values=self.to_play)
+        mine = ((edge[:-2, 1:-1] == self.to_play) & (edge[2:, 1:-1] == self.to_play)
+                & (edge[1:-1, :-2] == self.to_play) & (edge[1:-1, 2:] == self.to_play))
+        return ((board == 0) & mine).ravel()
+
     def liberties(self) -> np.ndarray:
         """Each stone's group's number of liberties (0 on empty points)."""
         return self.groups().per_point()
