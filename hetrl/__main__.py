@@ -34,9 +34,10 @@ def main(cfg: DictConfig) -> dict:
             overrides=list(hydra_cfg.overrides.task), tags=tags))
     except (ConfigError, Fault) as error:
         _to_log_files(traceback.format_exc())  # the terminal gets one message
+        job = f"job {hydra_cfg.job.num}: " if multirun else ""
+        print(f"error: {job}{error}", file=sys.stderr)
         if multirun:
             raise  # the sweep records the failed job and goes on
-        print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
 
 

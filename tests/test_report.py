@@ -122,6 +122,7 @@ def _hand_made_sweep(client: MlflowClient) -> tuple[str, dict[str, str]]:
             client.log_metric(run_id, key, value)
         client.set_terminated(run_id, status=status)
     client.log_metric(parent.info.run_id, "jobs_not_started", 1)
+    client.log_metric(parent.info.run_id, "jobs_rejected", 2)
     client.set_terminated(parent.info.run_id, status="FAILED")
     return parent.info.run_id, ids
 
@@ -157,6 +158,7 @@ def test_the_report_of_a_sweep_in_mlflow_plots_finished_jobs_and_tables_every_jo
     text = " ".join(page.text)
     assert "in the table only, not in the plots: v-fp16-s2, h-bf16-s1" in text
     assert "1 never started" in text and "h-bf16-s0 (no reward_error_pct)" in text
+    assert "2 rejected before they ran (summary.md lists them)" in text
 
 
 @pytest.fixture(scope="module")

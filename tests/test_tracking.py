@@ -284,3 +284,49 @@ def test_a_sigterm_between_jobs_ends_the_parent_killed_listing_every_job(tmp_pat
         ("0", "0", "FINISHED", "300"), ("1", "1", "NOT_STARTED", "300"),
         ("2", "2", "NOT_STARTED", "300")]
 
+
+
+def _summary(client, parent_id: str, tmp_path) -> tuple[str, list[dict[str, str]]]:
+    """The parent's summary.md and the rows of its summary.csv."""
+    text = open(client.download_artifacts(parent_id, "summary.md", str(tmp_path))).read()
+    with open(client.download_artifacts(parent_id, "summary.csv", str(tmp_path))) as f:
+        return text, list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("flags", [pytest.param((), id="basic"), pytest.param(
+    LAUNCHERS["joblib"][0], id="joblib", marks=pytest.mark.slow)])
+def test_a_job_validation_rejects_is_listed_with_its_error_and_fails_the_sweep(tmp_path, client,
+                                                                              flags):
+    """A rejected job ran and failed at once: no run of its own, REJECTED in the summary with
+    its error and counted among the failures; the others run, the parent ends FAILED, the
+    sweep exits 1 (a launcher's worker records the rejection where the launcher reads it)."""
+    out = hetrl_cli(tmp_path, "-m", *flags, *QUICK, "steps=300", "algo.lr=-1,0.001",
+                    "tracking.system_metrics_s=0", timeout=300)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "error: job 0: algo.lr=-1.0 is invalid" in out.stderr
+    assert "Traceback" not in out.stderr
+    runs = mlflow_runs(tmp_path)
+    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "true"]
+    assert parent.info.status == "FAILED"
+    (child,) = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert child.info.status == "FINISHED" and child.data.tags["job_num"] == "1"
+    summary, rows = _summary(client, parent.info.run_id, tmp_path)
+    assert summary.startswith(
+        "2 jobs: 1 finished, 1 failed (1 rejected before they ran), 0 killed, 0 not started")
+    assert [(row["job"], row["algo.lr"], row["status"], row["run"]) for row in rows] == [
+        ("0", "-1", "REJECTED", ""), ("1", "0.001", "FINISHED", child.info.run_name)]
+    assert rows[0]["error"].startswith("algo.lr=-1.0 is invalid") and rows[1]["error"] == ""
+    assert rows[0]["error"] in summary
+    metrics = parent.data.metrics
+    assert (metrics["jobs_failed"], metrics["jobs_rejected"], metrics["jobs_not_started"]) == (
+        1, 1, 0)
+
+
+def test_a_sweep_whose_every_job_is_rejected_leaves_no_run_and_names_each_error(tmp_path):
+    out = hetrl_cli(tmp_path, "-m", *QUICK, "algo.lr=-1,-2", timeout=120)
+    assert out.returncode == 1, out.stderr[-3000:]
+    errors = [line.split(" is invalid")[0] for line in out.stderr.splitlines()
+              if line.startswith("error: ")]
+    assert errors == ["error: job 0: algo.lr=-1.0", "error: job 1: algo.lr=-2.0"]
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "mlflow.db").exists() or mlflow_runs(tmp_path) == []

@@ -93,12 +93,13 @@ def _notes(sweep: Sweep) -> list[str]:
     """What the reader must know before reading the pictures."""
     counts = {s: sum(j.status == s for j in sweep.jobs)
               for s in ("FINISHED", "FAILED", "KILLED", "RUNNING")}
-    not_started = int(sweep.parent.data.metrics.get("jobs_not_started", 0))
+    unrun = {what: int(sweep.parent.data.metrics.get(key, 0)) for what, key in (
+        ("rejected before they ran", "jobs_rejected"), ("never started", "jobs_not_started"))}
     notes = [f"{len(sweep.jobs)} jobs ran: {counts['FINISHED']} finished, {counts['FAILED']} "
              f"failed, {counts['KILLED']} killed"
              + (f", {counts['RUNNING']} still running" if counts["RUNNING"] else "")
-             + (f"; {not_started} never started (summary.md lists them)" if not_started
-                else "") + "."]
+             + "".join(f"; {n} {what} (summary.md lists them)" for what, n in unrun.items() if n)
+             + "."]
     unplotted = [sweep.label(j) for j in sweep.jobs if not j.finished]
     if unplotted:
         notes.append("Jobs that did not finish (FAILED, KILLED or RUNNING) are in the table "

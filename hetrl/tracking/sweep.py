@@ -2,11 +2,14 @@
 
 The parent opens with the sweep's first job (a sweep Hydra rejects before any job runs
 leaves no run). It gets a summary table (CSV and markdown) of every job of the sweep: each
-child's choices, final metrics and status, and the jobs that never started, rewritten after
+child's choices, final metrics and status, the jobs validation rejected (REJECTED, with the
+error: a job that failed before it made a run) and the jobs that never started, rewritten after
 each job so that a sweep cut short still has one (a job that never started is found by its
 overrides: parallel jobs end in any order). Hydra skips `on_multirun_end` when a job failed,
-so the parent is also closed at exit. A stopped sweep (hetrl.sweep_stops) ends KILLED.
-Once closed, the parent gets the sweep report (hetrl.report: plots and one HTML page).
+so the parent is also closed at exit. A sweep with a failed or rejected job ends FAILED, a
+stopped one (hetrl.sweep_stops) KILLED; one whose every job was rejected leaves no parent, as a
+rejected job leaves no run. Once closed, the parent gets the sweep report (hetrl.report: plots
+and one HTML page).
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ import logging
 import os
 import shlex
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
-from hydra.core.utils import JobReturn
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, read_write
 
+from hetrl.config.errors import ConfigError
 from hetrl.sweep_stops import runs_elsewhere, stopped_by
 from hetrl.tracking.base import JOB_NUM_TAG, REFERENCE_TAG
 
@@ -32,6 +36,8 @@ PARENT_KEY = "tracking.parent_run_id"  # the override that carries it to jobs ru
 CHOICE_TAGS = ("algo", "env", "platform", "precision", "partitioner", "scheduler", "replay",
                "seed")
 NOT_STARTED = "NOT_STARTED"  # the status column of a job the sweep never reached
+REJECTED = "REJECTED"  # the status column of a job validation rejected (it made no run)
+REJECTED_TAG = "rejected/"  # + job number: the parent's tag holding that job's ConfigError
 SUMMARY_METRICS = ("return_mean_100", "eval/return_mean", "reward_error_pct", "sps", "eps_host",
                    "eps_platform", "phi_d", "updates")
 
@@ -124,6 +130,7 @@ class MlflowSweep(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if self.parent_id is None:
             return
+        self._note_rejection(config.hydra.job.num, job_return)
         if not self.in_worker:
             self._write_summary()
             return
@@ -131,6 +138,16 @@ class MlflowSweep(Callback):
             self._write_summary()
         except Exception as error:  # noqa: BLE001 - never fail a finished job for it
             log.warning("sweep summary not rewritten: %s", error)
+
+    def _note_rejection(self, num: int, job_return: JobReturn) -> None:
+        """A job that validation rejected: its error, in one line, as a tag of the parent (a
+        launcher's worker writes it there too: the launching process reads it back)."""
+        from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
+
+        error = job_return._return_value  # `return_value` re-raises a failed job's error
+        if job_return.status == JobStatus.FAILED and isinstance(error, ConfigError):
+            self._client().set_tag(self.parent_id, f"{REJECTED_TAG}{num}",
+                                   " ".join(str(error).split())[:MAX_TAG_VAL_LENGTH])
 
     def _client(self):
         if self.client is None:
@@ -142,9 +159,9 @@ class MlflowSweep(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._close()
 
-    def _write_summary(self) -> tuple[list, int]:
+    def _write_summary(self) -> tuple[list, int, int]:
         """Write the summary of every job; the children (jobs and the reference runs they
-        trained) and the number of jobs that never started."""
+        trained), the number of jobs that never started and the number rejected."""
         from hetrl.tracking.mlflow import sweep_children
 
         jobs, references = sweep_children(self._client(), self.parent_id)
@@ -155,34 +172,62 @@ class MlflowSweep(Callback):
                              *(_fmt(run.data.metrics.get(m)) for m in SUMMARY_METRICS)])
             for run in jobs
         ]
-        not_started = _not_started(self.jobs or [], jobs)
-        for num, job in not_started:
-            given = dict(o.split("=", 1) for o in job if "=" in o)
-            numbered.append((num, ["", *(given.get(t, "") for t in CHOICE_TAGS),
-                                   *(given.get(k, "") for k in self.keys), NOT_STARTED,
-                                   *("" for _ in SUMMARY_METRICS)]))
+        rejected = self._rejections(ran={num for num, _ in numbered})
+        not_started = _not_started(self.jobs or [], jobs, rejected)
+        numbered += [(num, self._unrun_row(job, NOT_STARTED)) for num, job in not_started]
+        numbered += [(num, self._unrun_row(self._job(num), REJECTED)) for num in rejected]
         # in the sweep's order, whatever order a parallel launcher ran the jobs in
         numbered.sort(key=lambda item: float("inf") if item[0] is None else item[0])
+        if rejected:  # the error column: only a sweep with a rejected job has one
+            header.append("error")
+            numbered = [(num, [*row, rejected.get(num, "")]) for num, row in numbered]
         rows = [["" if num is None else str(num), *row] for num, row in numbered]
         counts = {s: sum(r.info.status == s for r in jobs)
                   for s in ("FINISHED", "FAILED", "KILLED")}
-        text = io.StringIO()
-        csv.writer(text).writerows([header, *rows])
-        self.client.log_text(self.parent_id, text.getvalue(), "summary.csv")
-        table = [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}"]
-        table += [f"| {' | '.join(row)} |" for row in rows]
-        counted = (f"{len(rows)} jobs: {counts['FINISHED']} finished, {counts['FAILED']} failed, "
-                   f"{counts['KILLED']} killed, {len(not_started)} not started"
+        failed = counts["FAILED"] + len(rejected)
+        counted = (f"{len(rows)} jobs: {counts['FINISHED']} finished, {failed} failed"
+                   + (f" ({len(rejected)} rejected before they ran)" if rejected else "")
+                   + f", {counts['KILLED']} killed, {len(not_started)} not started"
                    + (f"; {len(references)} reference runs trained by the jobs (children tagged "
                       f"{REFERENCE_TAG}, not in the table)" if references else ""))
-        self.client.log_text(self.parent_id, "\n".join([counted, "", *table, ""]), "summary.md")
+        self._log_tables(header, rows, counted)
         for key, value in (("jobs", len(rows)), ("jobs_finished", counts["FINISHED"]),
-                           ("jobs_failed", counts["FAILED"]), ("jobs_killed", counts["KILLED"]),
+                           ("jobs_failed", failed), ("jobs_rejected", len(rejected)),
+                           ("jobs_killed", counts["KILLED"]),
                            ("jobs_not_started", len(not_started))):
             self.client.log_metric(self.parent_id, key, value)
         self._log_portability(jobs)
         self._log_seed_reward_errors(jobs)
-        return [*jobs, *references], len(not_started)
+        return [*jobs, *references], len(not_started), len(rejected)
+
+    def _log_tables(self, header: list[str], rows: list[list[str]], counted: str) -> None:
+        """summary.csv, and summary.md: the `counted` line above the table."""
+        text = io.StringIO()
+        csv.writer(text).writerows([header, *rows])
+        self.client.log_text(self.parent_id, text.getvalue(), "summary.csv")
+        cells = [[cell.replace("|", r"\|") for cell in row] for row in rows]  # e.g. an error's
+        table = [f"| {' | '.join(header)} |", f"|{'---|' * len(header)}",
+                 *(f"| {' | '.join(row)} |" for row in cells)]
+        self.client.log_text(self.parent_id, "\n".join([counted, "", *table, ""]), "summary.md")
+
+    def _rejections(self, ran: set[int | None]) -> dict[int, str]:
+        """job number -> error of each job validation rejected (the parent's REJECTED_TAG
+        tags), less a job that made a run after all: its row is the run's."""
+        tags = self.client.get_run(self.parent_id).data.tags
+        found = {int(k.removeprefix(REJECTED_TAG)): v for k, v in tags.items()
+                 if k.startswith(REJECTED_TAG)}
+        return {num: found[num] for num in sorted(found) if num not in ran}
+
+    def _job(self, num: int) -> list[str]:
+        """Job `num`'s overrides, where the sweep's job list is known."""
+        jobs = self.jobs or []
+        return jobs[num] if num < len(jobs) else []
+
+    def _unrun_row(self, job: list[str], status: str) -> list[str]:
+        """The row of a job that made no run (`status`): what its overrides choose."""
+        given = dict(o.split("=", 1) for o in job if "=" in o)
+        return ["", *(given.get(t, "") for t in CHOICE_TAGS),
+                *(given.get(k, "") for k in self.keys), status, *("" for _ in SUMMARY_METRICS)]
 
     def _log_seed_reward_errors(self, children: list) -> None:
         """The reward error of the seed means, its interval and the fp32 noise floor
@@ -212,22 +257,23 @@ class MlflowSweep(Callback):
             return
         if self.in_worker:
             return
-        children, not_started = self._write_summary()
+        children, not_started, rejected = self._write_summary()
         sweep_dir = Path(self.client.get_run(self.parent_id).data.tags.get("sweep_dir", "."))
         started = sweep_dir.is_dir() and any(p.is_dir() for p in sweep_dir.iterdir())
         stopped = stopped_by(self.sweep_dir) is not None
-        if self.remote and not children and not started and not stopped:
-            # opened at multirun start, but Hydra rejected the sweep before any job ran
-            self.client.delete_run(self.parent_id)
-            self.parent_id = None
-            return
         statuses = {run.info.status for run in children}
         cut_short = stopped or not_started or "RUNNING" in statuses
-        status = ("FAILED" if "FAILED" in statuses
+        status = ("FAILED" if "FAILED" in statuses or rejected
                   else "KILLED" if "KILLED" in statuses or cut_short else "FINISHED")
-        self.client.set_terminated(self.parent_id, status=status)
         os.environ.pop(PARENT_ENV, None)
         parent_id, self.parent_id = self.parent_id, None
+        self.client.set_terminated(parent_id, status=status)
+        if not children and not stopped and (rejected and not not_started
+                                             or self.remote and not started):
+            # no job made a run: validation rejected every one, or Hydra rejected the sweep
+            # before any ran (a launcher's parent opens at multirun start)
+            self.client.delete_run(parent_id)
+            return
         self._log_report(parent_id)
 
     def _log_report(self, parent_id: str) -> None:
@@ -301,12 +347,13 @@ def _sweep_jobs(config: DictConfig) -> list[list[str]] | None:
         return None
 
 
-def _not_started(jobs: list[list[str]], children: list) -> list[tuple[int, list[str]]]:
-    """The jobs (number, overrides) that no child ran: a child is matched to a job by its
-    number (`JOB_NUM_TAG`), else by the overrides of the command that reproduces it (its
-    `command` tag), whatever order the jobs ran in; a child that names no job of the list is
-    matched to the first one left."""
-    left = dict(enumerate(jobs))
+def _not_started(jobs: list[list[str]], children: list,
+                 rejected: Collection[int] = ()) -> list[tuple[int, list[str]]]:
+    """The jobs (number, overrides) that no child ran, less the `rejected` ones: a child is
+    matched to a job by its number (`JOB_NUM_TAG`), else by the overrides of the command that
+    reproduces it (its `command` tag), whatever order the jobs ran in; a child that names no
+    job of the list is matched to the first one left."""
+    left = {num: job for num, job in enumerate(jobs) if num not in rejected}
     for run in children:
         given = _overrides(run.data.tags.get("command", ""))
         num = _job_num(run)
