@@ -222,14 +222,29 @@ def test_cli_rejects_bad_input_with_a_message_and_nonzero_exit(tmp_path):
     assert "precision/int3" in unknown.stderr and "fp32" in unknown.stderr
 
 
-def test_a_config_error_is_one_message_without_a_traceback_and_creates_nothing(tmp_path):
-    out = hetrl_cli(tmp_path, "algo.lr=-1")
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without CUDA")
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    (("algo.lr=-1",), "algo.lr=-1.0 is invalid: valid values are floats > 0"),
+    # found by making the parts (build.preflight), before the run opens
+    (("algo.buffer_size=10000000000",), "algo.buffer_size=10000000000 is invalid"),
+    (("algo=ddpg", "env=cartpole", "env.action_space=continuous"),
+     "env.action_space='continuous' does not match CartPole-v1's"),
+    pytest.param(("platform.device=cuda",), "platform.device='cuda' is invalid: valid values "
+                 "are auto, cpu", marks=NO_CUDA),
+], ids=["range", "replay-memory", "action-space", "cuda"])
+def test_a_config_error_is_one_message_without_a_traceback_and_creates_nothing(tmp_path, overrides,
+                                                                               named):
+    out = hetrl_cli(tmp_path, *overrides)
     assert out.returncode != 0
-    assert "algo.lr=-1.0 is invalid: valid values are floats > 0" in out.stderr
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(f"error: {named}")
     assert "Traceback" not in out.stderr + out.stdout
+    assert "Error in call to target" not in out.stderr  # Hydra's wrapper
     assert not (tmp_path / "mlflow.db").exists()  # no store, no run
     (log,) = tmp_path.glob("runs/*/*/__main__.log")  # the job's log keeps the traceback
-    assert "Traceback" in log.read_text() and "algo.lr=-1.0" in log.read_text()
+    assert "Traceback" in log.read_text() and named in log.read_text()
 
 
 def test_help_lists_groups_and_options(tmp_path):
