@@ -233,16 +233,21 @@ NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="a machine withou
      "env.action_space='continuous' does not match CartPole-v1's"),
     pytest.param(("platform.device=cuda",), "platform.device='cuda' is invalid: valid values "
                  "are auto, cpu", marks=NO_CUDA),
-], ids=["range", "replay-memory", "action-space", "cuda"])
+    # MLflow 3 refuses a folder as its store
+    (("tracking.uri=file:{tmp}/mlruns",),
+     "tracking.uri='file:{tmp}/mlruns' is invalid: MLflow 3 keeps runs in a database, not in a "
+     "folder: use tracking.uri=sqlite:///{tmp}/mlruns/mlflow.db"),
+], ids=["range", "replay-memory", "action-space", "cuda", "file-store"])
 def test_a_config_error_is_one_message_without_a_traceback_and_creates_nothing(tmp_path, overrides,
                                                                                named):
-    out = hetrl_cli(tmp_path, *overrides)
+    named = named.format(tmp=tmp_path)
+    out = hetrl_cli(tmp_path, *(o.format(tmp=tmp_path) for o in overrides))
     assert out.returncode != 0
     (line,) = out.stderr.splitlines()
     assert line.startswith(f"error: {named}")
     assert "Traceback" not in out.stderr + out.stdout
     assert "Error in call to target" not in out.stderr  # Hydra's wrapper
-    assert not (tmp_path / "mlflow.db").exists()  # no store, no run
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
     (log,) = tmp_path.glob("runs/*/*/__main__.log")  # the job's log keeps the traceback
     assert "Traceback" in log.read_text() and named in log.read_text()
 
