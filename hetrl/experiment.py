@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import threading
@@ -22,6 +21,7 @@ from hetrl.envs.state import env_state, load_env_state
 from hetrl.evaluation import Evaluator, ptq_reward_error
 from hetrl.faults import Fault, Stopped, StopRequest
 from hetrl.options import GROUPS, group_options
+from hetrl.partition.planning import figures_json
 from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState
@@ -252,7 +252,7 @@ def _log_plan(tracker: Tracker, c: Components, out_dir: Path, name: str) -> None
     if (composition := step_plan.composition) is not None:  # partitioner=composer (PEARL)
         tracker.log_text(composition.to_json(), "composer/mapping.json")
         tracker.log_text(composition.table(), "composer/eps_platform.csv")
-        tracker.log_text(json.dumps(composition.matrix.rows(), indent=1), "composer/matrix.json")
+        tracker.log_text(figures_json(composition.matrix.rows()), "composer/matrix.json")
         tracker.log_artifact(eps_heatmap(
             composition.grid(), composition.matrix.devices,
             (composition.assignment["RM"], composition.assignment["Learner"]),
