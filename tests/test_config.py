@@ -207,6 +207,18 @@ def test_incompatible_algo_and_env_name_both_and_the_choices():
     assert "['a2c', 'd4pg', 'ddpg', 'ppo', 'td3']" in message
 
 
+def test_a_precision_no_device_of_the_platform_computes_names_both_and_the_choices():
+    """The issue's own case: bf16 on versal died in the partitioner naming internal node ids."""
+    cfg, choices = compose_job("precision=bf16", "platform=versal")
+    with pytest.raises(ConfigError) as err:
+        validate(cfg, choices)
+    message = str(err.value)
+    assert "precision=bf16" in message and "platform=versal" in message
+    assert "runs ['elementwise', 'loss'] nodes in it" in message
+    assert "choose precision from ['fp16', 'fp32', 'mixed', 'qat'] or platform from ['host']" \
+        in message
+
+
 def test_declared_action_space_is_checked_against_the_real_env():
     cfg, _ = compose_job("env=cartpole", "env.action_space=continuous", "algo=ddpg")
     with pytest.raises(InstantiationException, match="does not match CartPole-v1"):
