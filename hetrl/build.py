@@ -2,7 +2,9 @@
 
 `experiment.run`, the tests and the benchmarks all build through here, so a job is put
 together the same way wherever it runs (as Sample Factory's serial and parallel runners
-build the same components and differ only in where they run them).
+build the same components and differ only in where they run them). `preflight(cfg)` makes,
+the same way, the parts that the last checks of a config need (the platform, one env), before
+a job opens its run.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hetrl.actors.base import Actors
 from hetrl.algos.base import Learner
-from hetrl.config.errors import ConfigError
+from hetrl.config.errors import ConfigError, unwrapped
 from hetrl.partition.planning import StepPlan, plan_measured_step, plan_step
 from hetrl.partition.costs import Plan
 from hetrl.platform.host import HostPlatform, cpu_name, cpu_native
@@ -51,9 +53,12 @@ class Components:
 
     @property
     def spaces(self) -> dict[str, gym.Space]:
-        """One env's spaces, as the learner and replay constructors take them."""
-        return {"obs_space": self.envs.single_observation_space,
-                "act_space": self.envs.single_action_space}
+        return spaces(self.envs)
+
+
+def spaces(envs: gym.vector.VectorEnv) -> dict[str, gym.Space]:
+    """One env's spaces, as the learner and replay constructors take them."""
+    return {"obs_space": envs.single_observation_space, "act_space": envs.single_action_space}
 
 
 def build(cfg: DictConfig, plan: bool = True) -> Components:
@@ -63,25 +68,51 @@ def build(cfg: DictConfig, plan: bool = True) -> Components:
     parts) and apply the precision policy to the learner."""
     platform = instantiate(cfg.platform)
     seed_everything(cfg.seed)
-    make_envs = partial(instantiate, OmegaConf.to_container(cfg.env, resolve=True))
+    make_envs = env_maker(cfg)
     envs = make_envs()
-    spaces = {"obs_space": envs.single_observation_space,
-              "act_space": envs.single_action_space}
-    check_replay_memory(cfg, **spaces)
-    learner = instantiate(cfg.algo, **spaces, device=platform.device)
+    env_spaces = spaces(envs)
+    check_replay_memory(cfg, **env_spaces)
+    learner = instantiate(cfg.algo, **env_spaces, device=platform.device)
     precision = instantiate(cfg.precision)
-    step_plan = _plan(cfg, learner, platform, precision, spaces) if plan else None
+    step_plan = _plan(cfg, learner, platform, precision, env_spaces) if plan else None
     applied = _applied_plan(step_plan, platform)
     if step_plan is not None and step_plan.measured and _host_dtypes(precision) != ("float32",):
-        applied = _against_fp32(learner, precision, step_plan, applied, platform, spaces)
+        applied = _against_fp32(learner, precision, step_plan, applied, platform, env_spaces)
     precision.apply(learner, applied and step_plan.graph, applied, platform)
     return Components(
         envs=envs, learner=learner,
-        replay=instantiate(cfg.replay, **spaces, device=platform.device),
+        replay=instantiate(cfg.replay, **env_spaces, device=platform.device),
         precision=precision, platform=platform, step_plan=step_plan,
         actors=instantiate(cfg.actors), scheduler=instantiate(cfg.scheduler),
         make_envs=make_envs,
     )
+
+
+def preflight(cfg: DictConfig) -> None:
+    """The checks of a job that need its parts, run before the job opens its run: the
+    platform is made (a device this machine lacks), one env is made and closed (its real
+    action space against the declared one), and the replay's memory is weighed for its spaces.
+
+    A ConfigError is raised as itself (not in Hydra's wrapper). Any other error is not the
+    config's: it is left for build(), which raises it again inside the run, where the run
+    records it (FAILED, with error.txt)."""
+    try:
+        with unwrapped(ConfigError):
+            instantiate(cfg.platform)
+            envs = env_maker(cfg)(n_envs=1)
+            try:
+                check_replay_memory(cfg, **spaces(envs))
+            finally:
+                envs.close()
+    except ConfigError:
+        raise
+    except Exception:  # noqa: BLE001 - recorded by the run, see above
+        log.debug("preflight: left to build()", exc_info=True)
+
+
+def env_maker(cfg: DictConfig) -> Callable[..., gym.vector.VectorEnv]:
+    """Makes the job's envs (keyword arguments override the env's config: `n_envs=1`)."""
+    return partial(instantiate, OmegaConf.to_container(cfg.env, resolve=True))
 
 
 def check_replay_memory(cfg: DictConfig, obs_space: gym.Space, act_space: gym.Space,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import threading
@@ -12,17 +11,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from hetrl import checkpoint
-from hetrl.build import Components, build
-from hetrl.config.errors import ConfigError, require
+from hetrl.build import Components, build, preflight
+from hetrl.config.errors import ConfigError, require, unwrapped
 from hetrl.envs.state import env_state, load_env_state
 from hetrl.evaluation import Evaluator, ptq_reward_error
 from hetrl.faults import Fault, Stopped, StopRequest
 from hetrl.options import GROUPS, group_options
+from hetrl.partition.planning import figures_json
 from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState
@@ -63,6 +62,7 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
                "tuned": tuned if tuned in group_options("tuned") else "none"}
     name = "-".join(choices[g] for g in ("algo", "env", "platform", "precision")) + f"-s{cfg.seed}"
     validate(cfg, choices)  # before anything is created: a rejected job leaves no run, no store
+    preflight(cfg)  # likewise, for what only the platform and the env's spaces show
 
     with _stop_on_signals() as stop:  # before the run opens: a signal never strands it
         if stop.is_set():  # sent while this process waited between two jobs of a sweep
@@ -136,12 +136,8 @@ def _end_summary(name: str, results: Mapping[str, Any], out_dir: Path, tracker: 
 
 def _tracker(cfg: DictConfig) -> Tracker:
     """The job's tracker; a store it cannot write is the Fault itself, not Hydra's wrapper."""
-    try:
+    with unwrapped(Fault):
         return instantiate(cfg.tracking)
-    except InstantiationException as error:
-        if isinstance(error.__cause__, Fault):
-            raise error.__cause__ from None
-        raise
 
 
 def _resumed_config(saved: dict[str, Any], composed: DictConfig, choices: Mapping[str, str],
@@ -256,7 +252,7 @@ def _log_plan(tracker: Tracker, c: Components, out_dir: Path, name: str) -> None
     if (composition := step_plan.composition) is not None:  # partitioner=composer (PEARL)
         tracker.log_text(composition.to_json(), "composer/mapping.json")
         tracker.log_text(composition.table(), "composer/eps_platform.csv")
-        tracker.log_text(json.dumps(composition.matrix.rows(), indent=1), "composer/matrix.json")
+        tracker.log_text(figures_json(composition.matrix.rows()), "composer/matrix.json")
         tracker.log_artifact(eps_heatmap(
             composition.grid(), composition.matrix.devices,
             (composition.assignment["RM"], composition.assignment["Learner"]),

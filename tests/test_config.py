@@ -209,6 +209,18 @@ def test_incompatible_algo_and_env_name_both_and_the_choices():
     assert "['a2c', 'd4pg', 'ddpg', 'ppo', 'td3']" in message
 
 
+def test_a_precision_no_device_of_the_platform_computes_names_both_and_the_choices():
+    """The issue's own case: bf16 on versal died in the partitioner naming internal node ids."""
+    cfg, choices = compose_job("precision=bf16", "platform=versal")
+    with pytest.raises(ConfigError) as err:
+        validate(cfg, choices)
+    message = str(err.value)
+    assert "precision=bf16" in message and "platform=versal" in message
+    assert "runs ['elementwise', 'loss'] nodes in it" in message
+    assert "choose precision from ['fp16', 'fp32', 'mixed', 'qat'] or platform from ['host']" \
+        in message
+
+
 def test_declared_action_space_is_checked_against_the_real_env():
     cfg, _ = compose_job("env=cartpole", "env.action_space=continuous", "algo=ddpg")
     with pytest.raises(InstantiationException, match="does not match CartPole-v1"):
@@ -224,14 +236,34 @@ def test_cli_rejects_bad_input_with_a_message_and_nonzero_exit(tmp_path):
     assert "precision/int3" in unknown.stderr and "fp32" in unknown.stderr
 
 
-def test_a_config_error_is_one_message_without_a_traceback_and_creates_nothing(tmp_path):
-    out = hetrl_cli(tmp_path, "algo.lr=-1")
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without CUDA")
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    (("algo.lr=-1",), "algo.lr=-1.0 is invalid: valid values are floats > 0"),
+    # found by making the parts (build.preflight), before the run opens
+    (("algo.buffer_size=10000000000",), "algo.buffer_size=10000000000 is invalid"),
+    (("algo=ddpg", "env=cartpole", "env.action_space=continuous"),
+     "env.action_space='continuous' does not match CartPole-v1's"),
+    pytest.param(("platform.device=cuda",), "platform.device='cuda' is invalid: valid values "
+                 "are auto, cpu", marks=NO_CUDA),
+    # MLflow 3 refuses a folder as its store
+    (("tracking.uri=file:{tmp}/mlruns",),
+     "tracking.uri='file:{tmp}/mlruns' is invalid: MLflow 3 keeps runs in a database, not in a "
+     "folder: use tracking.uri=sqlite:///{tmp}/mlruns/mlflow.db"),
+], ids=["range", "replay-memory", "action-space", "cuda", "file-store"])
+def test_a_config_error_is_one_message_without_a_traceback_and_creates_nothing(tmp_path, overrides,
+                                                                               named):
+    named = named.format(tmp=tmp_path)
+    out = hetrl_cli(tmp_path, *(o.format(tmp=tmp_path) for o in overrides))
     assert out.returncode != 0
-    assert "algo.lr=-1.0 is invalid: valid values are floats > 0" in out.stderr
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(f"error: {named}")
     assert "Traceback" not in out.stderr + out.stdout
-    assert not (tmp_path / "mlflow.db").exists()  # no store, no run
+    assert "Error in call to target" not in out.stderr  # Hydra's wrapper
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
     (log,) = tmp_path.glob("runs/*/*/__main__.log")  # the job's log keeps the traceback
-    assert "Traceback" in log.read_text() and "algo.lr=-1.0" in log.read_text()
+    assert "Traceback" in log.read_text() and named in log.read_text()
 
 
 def test_help_lists_groups_and_options(tmp_path):

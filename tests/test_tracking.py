@@ -7,6 +7,7 @@ import json
 import logging
 
 import pytest
+import torch
 import yaml
 from helpers import hetrl_cli, mlflow_runs, run_job, tracking_uri
 
@@ -47,12 +48,20 @@ def test_a_failing_job_ends_failed_with_its_traceback(tmp_path, client):
     assert "NoSuchEnv" in open(error).read()
 
 
-@pytest.mark.parametrize("bad", ["steps=-1", "algo.gamma=2", "+stpes=600", "precision.dtype=int16",
-                                 "tracking.view_columns=[eps_host]"])
-def test_bad_input_is_rejected_before_a_run_or_store_is_created(tmp_path, bad):
-    with pytest.raises(ValueError, match="is invalid|not a config key|is not modeled"):
+@pytest.mark.parametrize("bad", [
+    "steps=-1", "algo.gamma=2", "+stpes=600", "precision.dtype=int16",
+    "tracking.view_columns=[eps_host]", "tracking.uri=file:mlruns",
+    # found by making the platform and one env (build.preflight)
+    "algo.buffer_size=10000000000", "env.id=Pendulum-v1",  # a continuous env declared discrete
+    pytest.param("platform.device=cuda", marks=pytest.mark.skipif(torch.cuda.is_available(),
+                                                                  reason="a machine without CUDA")),
+])
+def test_bad_input_is_rejected_before_a_run_or_store_is_created(tmp_path, bad, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a relative store would be
+    with pytest.raises(ValueError, match="is invalid|not a config key|is not modeled|does not match"):
         run_job(tmp_path, *QUICK, bad)
     assert not (tmp_path / "mlflow.db").exists()  # no run, not even a FAILED one
+    assert not (tmp_path / "mlruns").exists()
 
 
 def test_a_sweep_across_action_spaces_is_one_parent_with_children(tmp_path, client):

@@ -1,10 +1,12 @@
-"""The error a bad config raises, and the range check every schema uses."""
+"""The error a bad config raises, the range check every schema uses, and `unwrapped`: the
+error a constructor raised, out of Hydra's wrapper."""
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
-from hydra.errors import CompactHydraException
+from hydra.errors import CompactHydraException, InstantiationException
 
 
 class ConfigError(CompactHydraException, ValueError):
@@ -19,3 +21,16 @@ def require(ok: bool, key: str, value: Any, valid: str) -> None:
     """Raise a ConfigError naming `key`, its `value` and the `valid` ones unless `ok`."""
     if not ok:
         raise ConfigError(f"{key}={value!r} is invalid: valid values are {valid}")
+
+
+@contextmanager
+def unwrapped(*kinds: type[Exception]) -> Iterator[None]:
+    """An error of `kinds` that a constructor raised inside Hydra's `instantiate` is raised as
+    itself, not as Hydra's InstantiationException (printed as "Error in call to target ..."
+    around it): `python -m hetrl` prints it in one line."""
+    try:
+        yield
+    except InstantiationException as error:
+        if isinstance(error.__cause__, kinds):
+            raise error.__cause__ from None
+        raise

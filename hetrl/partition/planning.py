@@ -84,10 +84,15 @@ class StepPlan:
                     device: {dtype: float(table[i, k])
                              for dtype, table in self.costs.by_dtype.items()}
                     for k, device in enumerate(self.costs.devices)}
-        return json.dumps(_null_unbounded({
+        return figures_json({
             "costs": "measured" if self.measured else "modeled", "plan": describe(self.plan),
-            "nodes": nodes, "baselines": {n: describe(p) for n, p in self.baselines.items()}}),
-            indent=1, allow_nan=False)
+            "nodes": nodes, "baselines": {n: describe(p) for n, p in self.baselines.items()}})
+
+
+def figures_json(tree: Any) -> str:
+    """`tree` as strict JSON (no Infinity, no NaN: every JSON parser reads it), each
+    unbounded figure written `null`."""
+    return json.dumps(_null_unbounded(tree), indent=1, allow_nan=False)
 
 
 def _null_unbounded(tree: Any) -> Any:

@@ -13,7 +13,7 @@ import torch
 
 from hetrl.algos.base import Learner
 from hetrl.config.enums import Device
-from hetrl.config.errors import ConfigError
+from hetrl.config.errors import require
 from hetrl.partition.costs import CostTable
 from hetrl.partition.graph import Kind, Pass, TaskGraph
 from hetrl.platform.measure import measure_step
@@ -24,8 +24,9 @@ def resolve_device(device: str) -> torch.device:
     device = Device(device).value
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device='cuda' is invalid here: no CUDA device; valid: auto, cpu")
+    if device == "cuda":
+        require(torch.cuda.is_available(), "platform.device", device,
+                "auto, cpu (this machine has no CUDA device)")
     return torch.device(device)
 
 
