@@ -183,6 +183,8 @@ def _rank_main(rank: int, world: int, rendezvous: str, kwargs: dict, optimizer: 
     import traceback
 
     torch.set_num_threads(1)
+    # the rank's own symmetry draws (a fresh process's torch generator is seeded at random)
+    torch.manual_seed(int(np.random.SeedSequence([seed, rank]).generate_state(1)[0]))
     try:
         learner = make_learner(**kwargs)
         learner.optimizer.load_state_dict(optimizer)
