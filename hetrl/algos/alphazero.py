@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -103,6 +103,19 @@ def augment(planes: torch.Tensor, pi: torch.Tensor, n: int,
     return planes, pi
 
 
+class PositionBatch(NamedTuple):
+    """Training positions: what `AlphaZero.update` takes."""
+
+    planes: torch.Tensor  # (B, planes, N, N) uint8
+    pis: torch.Tensor  # (B, N*N+1) float32: the search's visit distributions
+    zs: torch.Tensor  # (B,) float32: the result for the side to move
+
+    @property
+    def weights(self) -> None:
+        """Never prioritized: the update step hands back no priorities."""
+        return None
+
+
 class AlphaZero(Learner):
     """The network, its optimizer and the search parameters self-play uses."""
 
@@ -144,7 +157,7 @@ class AlphaZero(Learner):
                                                               self.board_size))
 
     def random_batch(self, n: int, rng: np.random.Generator,
-                     device: torch.device) -> tuple[torch.Tensor, ...]:
+                     device: torch.device) -> PositionBatch:
         """A batch of the kind `update` takes, drawn from `rng` (for timing the step: only
         its shapes and dtypes matter): 0/1 planes, visit distributions, results ±1."""
         planes = rng.integers(0, 2, size=(n, self.planes, self.board_size, self.board_size),
@@ -152,7 +165,7 @@ class AlphaZero(Learner):
         num_actions = self.board_size * self.board_size + 1
         pis = rng.dirichlet(np.ones(num_actions), size=n).astype(np.float32)
         zs = rng.choice(np.array([-1.0, 1.0], np.float32), size=n)
-        return tuple(torch.from_numpy(a).to(device) for a in (planes, pis, zs))
+        return PositionBatch(*(torch.from_numpy(a).to(device) for a in (planes, pis, zs)))
 
     def lr_at(self, update: int) -> float:
         return self.lr_values[bisect.bisect_right(self.lr_boundaries, update)]
@@ -173,7 +186,8 @@ class AlphaZero(Learner):
         self.updates += 1
         return metrics
 
-    def losses(self, batch: Any, model: nn.Module | None = None, augmented: bool = True,
+    def losses(self, batch: PositionBatch | tuple[torch.Tensor, ...],
+               model: nn.Module | None = None, augmented: bool = True,
                train: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """MLPerf's loss on a batch, each row in a random symmetry (unless not `augmented`);
         `train=False` normalizes with BN's running statistics (a loss that is a mean over
