@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -149,6 +150,9 @@ class AlphaZero(Learner):
         self.optimizer = torch.optim.SGD(self.net.parameters(), lr=lr_values[0],
                                          momentum=momentum)
         self.generation = 0  # of `best`
+        # what `update` runs instead of `net` (`trained_through`); set in __dict__, not as a
+        # submodule: neither checkpointed nor counted among the learner's parameters
+        vars(self)["_trained_through"] = None
 
     def task_graph(self, batch_size: int) -> TaskGraph:
         """One `update` as a task graph: the residual tower and both heads forward, the loss,
@@ -176,12 +180,23 @@ class AlphaZero(Learner):
             logits, _ = self.best(self.obs_tensor(obs))
         return logits.argmax(dim=1).cpu().numpy()
 
-    def update(self, batch: Any, model: nn.Module | None = None) -> dict[str, torch.Tensor]:
-        """One step on (planes, pi, z) tensors: z is the result for the side to move.
-        `model`: `net` wrapped for data-parallel training (DDP averages the gradients)."""
+    @contextmanager
+    def trained_through(self, model: nn.Module) -> Iterator[None]:
+        """`update` runs `model` (`net` wrapped in DDP, which averages the gradients over
+        the ranks) inside the block. The learner drops it afterwards: a rank must drop its
+        DDP module before it leaves the process group (`dataparallel.leave_group`)."""
+        vars(self)["_trained_through"] = model
+        try:
+            yield
+        finally:
+            vars(self)["_trained_through"] = None
+
+    def update(self, batch: PositionBatch) -> dict[str, torch.Tensor]:
+        """One step on a batch of positions, through `net` (or the module of
+        `trained_through`), at the learning rate of `self.updates`."""
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(self.updates)
-        loss, metrics = self.losses(batch, model)
+        loss, metrics = self.losses(batch, self._trained_through)
         self.optimize(self.optimizer, loss)
         self.updates += 1
         return metrics
