@@ -1,4 +1,7 @@
-"""The uniform ring buffer stores what it is given, wraps, samples valid rows, round-trips."""
+"""The uniform ring buffer stores what it is given, wraps, samples valid rows, round-trips;
+MiniGo's window of generations keeps the last ones and samples a rank's share of a batch."""
+
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -8,7 +11,11 @@ from helpers import compose_job, run_job
 
 from hetrl.build import check_replay_memory
 from hetrl.config.errors import ConfigError
+from hetrl.precision.uniform import UniformPrecision
 from hetrl.replay.uniform import UniformReplay
+from hetrl.replay.window import GenerationWindow
+from hetrl.scheduler.state import LoopState
+from hetrl.scheduler.updates import Updates
 
 OBS = gym.spaces.Box(-10, 10, (3,))
 
@@ -83,3 +90,34 @@ def test_a_replay_larger_than_memory_is_named_before_it_is_allocated(tmp_path):
                             available=10_000_000)
     with pytest.raises(ConfigError, match=r"algo.buffer_size=10000000000 is invalid.*GiB"):
         run_job(tmp_path, "algo.buffer_size=10000000000", "tracking=none")  # 520 GB
+
+
+def _generation(gen: int, n: int) -> tuple:
+    """`n` go5 positions of generation `gen`, each row's result naming both."""
+    return (gen, np.zeros((n, 12, 5, 5), np.uint8), np.full((n, 26), 1 / 26, np.float32),
+            np.full(n, 100 * gen + np.arange(n), np.float32))
+
+
+def test_the_window_keeps_the_last_generations_in_the_checkpointed_list():
+    checkpointed = [_generation(0, 3)]
+    window = GenerationWindow(2, np.random.default_rng(0), checkpointed)
+    assert len(window) == 3
+    window.add(_generation(1, 4))
+    window.add(_generation(2, 5))
+    assert [g[0] for g in checkpointed] == [1, 2] and window.generations is checkpointed
+    assert len(window) == 9
+    batch = window.sample(6)
+    assert batch.weights is None  # never prioritized: the update step hands back nothing
+    assert set(batch.zs.tolist()) <= {100 + k for k in range(4)} | {200 + k for k in range(5)}
+    assert batch.planes.shape == (6, 12, 5, 5) and batch.pis.shape == (6, 26)
+    assert len(window.sample(1000).zs) == 9  # no more rows than positions
+
+
+def test_the_update_step_samples_a_ranks_share_of_the_batch():
+    seen = []
+    learner = SimpleNamespace(device=torch.device("cpu"), batch_size=8,
+                              update=lambda batch: seen.append(len(batch.zs)) or {})
+    window = GenerationWindow(1, np.random.default_rng(0), [_generation(0, 20)])
+    for ranks in (1, 2, 3):
+        Updates(learner, window, UniformPrecision("float32"), LoopState(), ranks).step()
+    assert seen == [8, 4, 2]

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -103,6 +104,19 @@ def augment(planes: torch.Tensor, pi: torch.Tensor, n: int,
     return planes, pi
 
 
+class PositionBatch(NamedTuple):
+    """Training positions: what `AlphaZero.update` takes."""
+
+    planes: torch.Tensor  # (B, planes, N, N) uint8
+    pis: torch.Tensor  # (B, N*N+1) float32: the search's visit distributions
+    zs: torch.Tensor  # (B,) float32: the result for the side to move
+
+    @property
+    def weights(self) -> None:
+        """Never prioritized: the update step hands back no priorities."""
+        return None
+
+
 class AlphaZero(Learner):
     """The network, its optimizer and the search parameters self-play uses."""
 
@@ -136,6 +150,9 @@ class AlphaZero(Learner):
         self.optimizer = torch.optim.SGD(self.net.parameters(), lr=lr_values[0],
                                          momentum=momentum)
         self.generation = 0  # of `best`
+        # what `update` runs instead of `net` (`trained_through`); set in __dict__, not as a
+        # submodule: neither checkpointed nor counted among the learner's parameters
+        vars(self)["_trained_through"] = None
 
     def task_graph(self, batch_size: int) -> TaskGraph:
         """One `update` as a task graph: the residual tower and both heads forward, the loss,
@@ -144,7 +161,7 @@ class AlphaZero(Learner):
                                                               self.board_size))
 
     def random_batch(self, n: int, rng: np.random.Generator,
-                     device: torch.device) -> tuple[torch.Tensor, ...]:
+                     device: torch.device) -> PositionBatch:
         """A batch of the kind `update` takes, drawn from `rng` (for timing the step: only
         its shapes and dtypes matter): 0/1 planes, visit distributions, results ±1."""
         planes = rng.integers(0, 2, size=(n, self.planes, self.board_size, self.board_size),
@@ -152,7 +169,7 @@ class AlphaZero(Learner):
         num_actions = self.board_size * self.board_size + 1
         pis = rng.dirichlet(np.ones(num_actions), size=n).astype(np.float32)
         zs = rng.choice(np.array([-1.0, 1.0], np.float32), size=n)
-        return tuple(torch.from_numpy(a).to(device) for a in (planes, pis, zs))
+        return PositionBatch(*(torch.from_numpy(a).to(device) for a in (planes, pis, zs)))
 
     def lr_at(self, update: int) -> float:
         return self.lr_values[bisect.bisect_right(self.lr_boundaries, update)]
@@ -163,17 +180,29 @@ class AlphaZero(Learner):
             logits, _ = self.best(self.obs_tensor(obs))
         return logits.argmax(dim=1).cpu().numpy()
 
-    def update(self, batch: Any, model: nn.Module | None = None) -> dict[str, torch.Tensor]:
-        """One step on (planes, pi, z) tensors: z is the result for the side to move.
-        `model`: `net` wrapped for data-parallel training (DDP averages the gradients)."""
+    @contextmanager
+    def trained_through(self, model: nn.Module) -> Iterator[None]:
+        """`update` runs `model` (`net` wrapped in DDP, which averages the gradients over
+        the ranks) inside the block. The learner drops it afterwards: a rank must drop its
+        DDP module before it leaves the process group (`dataparallel.leave_group`)."""
+        vars(self)["_trained_through"] = model
+        try:
+            yield
+        finally:
+            vars(self)["_trained_through"] = None
+
+    def update(self, batch: PositionBatch) -> dict[str, torch.Tensor]:
+        """One step on a batch of positions, through `net` (or the module of
+        `trained_through`), at the learning rate of `self.updates`."""
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(self.updates)
-        loss, metrics = self.losses(batch, model)
+        loss, metrics = self.losses(batch, self._trained_through)
         self.optimize(self.optimizer, loss)
         self.updates += 1
         return metrics
 
-    def losses(self, batch: Any, model: nn.Module | None = None, augmented: bool = True,
+    def losses(self, batch: PositionBatch | tuple[torch.Tensor, ...],
+               model: nn.Module | None = None, augmented: bool = True,
                train: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """MLPerf's loss on a batch, each row in a random symmetry (unless not `augmented`);
         `train=False` normalizes with BN's running statistics (a loss that is a mean over

@@ -22,9 +22,10 @@ import shutil
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -34,6 +35,10 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from hetrl.algos.alphazero import AlphaZero, make_learner
+from hetrl.precision.uniform import UniformPrecision
+from hetrl.replay.window import Generation, GenerationWindow
+from hetrl.scheduler.state import LoopState
+from hetrl.scheduler.updates import Updates
 from hetrl.scheduler.workers import stop_workers
 
 
@@ -119,17 +124,12 @@ def data_parallel(net: torch.nn.Module) -> tuple[DDP, AllReduceTimer]:
     return ddp, timer
 
 
-def sample(window: list, rows: int, rng: np.random.Generator) -> tuple[torch.Tensor, ...]:
-    """`rows` positions drawn uniformly from the window's generations."""
-    planes = np.concatenate([w[1] for w in window])
-    pis = np.concatenate([w[2] for w in window])
-    zs = np.concatenate([w[3] for w in window])
-    idx = rng.integers(len(planes), size=rows)
-    return torch.from_numpy(planes[idx]), torch.from_numpy(pis[idx]), torch.from_numpy(zs[idx])
-
-
 class DataParallelTrainers:
-    def __init__(self, k: int, learner: AlphaZero, seed: int) -> None:
+    """Ranks 1..k−1 of the data-parallel training, and rank 0's DDP: rank 0 (the loop) runs
+    its update steps inside `training`, the other ranks theirs meanwhile, each on its own
+    copy of the window (`add_generation` sends each new generation's positions)."""
+
+    def __init__(self, k: int, learner: AlphaZero, seed: int, window: GenerationWindow) -> None:
         if any(".parametrizations." in key for key in learner.net.state_dict()):
             raise ValueError("selfplay.trainers > 1 trains plain fp32/bf16/fp16 networks: "
                              "precision=qat's parametrized layers do not travel to the other "
@@ -141,35 +141,35 @@ class DataParallelTrainers:
         self.outbox: Any = ctx.Queue()
         optimizer = learner.optimizer.state_dict()
         self.procs = [ctx.Process(target=_rank_main, daemon=True,
-                                  args=(rank, k, self.rendezvous, learner.init_kwargs, optimizer, seed,
-                                        self.inbox[rank - 1], self.outbox))
+                                  args=(rank, k, self.rendezvous, learner.init_kwargs, optimizer,
+                                        seed, window.size, self.inbox[rank - 1], self.outbox))
                       for rank in range(1, k)]
         for p in self.procs:
             p.start()
+        for generation in window.generations:  # a resumed loop's window
+            self.add_generation(generation)
         init_group(0, k, self.rendezvous)
         self.ddp, self.allreduce = data_parallel(learner.net)
-        self.comm: dict[str, float] = {}  # the last train's all-reduce (`AllReduceTimer.take`)
+        self.comm: dict[str, float] = {}  # the last training's all-reduce (`AllReduceTimer.take`)
 
-    def add_generation(self, entry: tuple, window: int) -> None:
+    def add_generation(self, generation: Generation) -> None:
         for q in self.inbox:
-            q.put(("generation", entry, window))
+            q.put(("generation", generation))
 
-    def train(self, window: list, steps: int, rng: np.random.Generator, precision: Any
-              ) -> dict[str, Any]:
+    @contextmanager
+    def training(self, steps: int) -> Iterator[None]:
+        """The block runs rank 0's `steps` update steps, through DDP, while the other ranks
+        run theirs; then waits for them and records the all-reduce in `comm`."""
         learner = self.learner
         for q in self.inbox:
             q.put(("train", steps, learner.updates))
-        out: dict[str, Any] = {}
-        rows = max(1, learner.batch_size // self.k)
-        for _ in range(steps):
-            with precision.autocast(learner.device):
-                out = learner.update(sample(window, rows, rng), model=self.ddp)
+        with learner.trained_through(self.ddp):
+            yield
         for _ in self.procs:
             kind, payload = self.outbox.get(timeout=600)
             if kind != "done":
                 raise RuntimeError(f"trainer rank failed:\n{payload}")
         self.comm = self.allreduce.take()
-        return out
 
     def close(self) -> None:
         stop_workers(self.inbox, self.procs)
@@ -179,27 +179,28 @@ class DataParallelTrainers:
 
 
 def _rank_main(rank: int, world: int, rendezvous: str, kwargs: dict, optimizer: dict, seed: int,
-               inbox: Any, outbox: Any) -> None:
+               window_size: int, inbox: Any, outbox: Any) -> None:
     import traceback
 
     torch.set_num_threads(1)
+    # the rank's own symmetry draws (a fresh process's torch generator is seeded at random)
+    torch.manual_seed(int(np.random.SeedSequence([seed, rank]).generate_state(1)[0]))
     try:
         learner = make_learner(**kwargs)
         learner.optimizer.load_state_dict(optimizer)
         init_group(rank, world, rendezvous)
         ddp, timer = data_parallel(learner.net)  # the same hook on every rank
-        window: list = []
-        rng = np.random.default_rng([seed, rank])
-        rows = max(1, learner.batch_size // world)
+        window = GenerationWindow(window_size, np.random.default_rng([seed, rank]))
+        # fp32: the run's precision (autocast, loss scaling) is applied on rank 0 alone
+        updates = Updates(learner, window, UniformPrecision("float32"), LoopState(), world)
         while (task := inbox.get()) is not None:
             if task[0] == "generation":
-                _, entry, size = task
-                window = (window + [entry])[-size:]
+                window.add(task[1])
                 continue
-            _, steps, updates = task
-            learner.updates = updates  # the same learning rate as rank 0
-            for _ in range(steps):
-                learner.update(sample(window, rows, rng), model=ddp)
+            _, steps, learner.updates = task  # rank 0's count: the same learning rate
+            with learner.trained_through(ddp):
+                for _ in range(steps):
+                    updates.step()
             timer.take()  # rank 0's figures are the ones logged
             outbox.put(("done", rank))
         del ddp

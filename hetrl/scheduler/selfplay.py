@@ -1,10 +1,10 @@
 """MiniGo's loop (spec C.1.1, C.1.2): self-play with the latest model into a window of the last
 W generations, train one generation from the window, gate it against the previous one.
 
-Each generation:
-
 Training is data-parallel over `trainers` ranks (`hetrl.scheduler.dataparallel`: DDP over
 gloo, the global batch split evenly) when `trainers` > 1.
+
+Each generation:
 
 1. **Self-play.** `workers` processes (0: this process; with `actors=ray` Ray actors, on a
    local Ray or the cluster at `actors.address`, placement logged as `actors/nodes` and
@@ -13,7 +13,8 @@ gloo, the global batch split evenly) when `trainers` > 1.
    evaluations batched (`hetrl.algos.mcts`); each finished game comes back at once and goes
    into the window (C.1.4's "write each game as it ends").
 2. **Train** `train_steps` updates on batches drawn uniformly from the window's positions
-   (the last `window` generations; MLPerf's W = 5).
+   (the last `window` generations, `hetrl.replay.window`; MLPerf's W = 5), each one the
+   update step every replay-based loop takes (`hetrl.scheduler.updates.Updates`).
 3. **Gate.** The trained network plays `best` over `gating_games` games, colours
    alternating; it becomes `best` if it wins at least `gating_win_rate` of them (MLPerf
    0.49; `gating_games: 0` accepts every generation).
@@ -47,6 +48,7 @@ import queue
 import socket
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -69,9 +71,11 @@ from hetrl.algos.mcts import SearchConfig, SearchStats
 from hetrl.algos.pure_mcts import PureMcts
 from hetrl.config.enums import Agents
 from hetrl.envs.go import GoGame, area_owner
+from hetrl.replay.window import GenerationWindow
 from hetrl.scheduler.context import Stopped, Training, loop_metrics, report_placement
 from hetrl.scheduler.dataparallel import DataParallelTrainers
 from hetrl.scheduler.state import LoopState, PhaseTimer
+from hetrl.scheduler.updates import Updates
 from hetrl.scheduler.workers import stop_workers
 from hetrl.tracking.plots import go_board
 
@@ -113,6 +117,8 @@ class SelfPlayScheduler:
         timer = PhaseTimer(state.phase_s)
         wall_start, wall_before = time.perf_counter(), sp.get("wall_s", 0.0)  # workers included
         rng = np.random.default_rng(t.seed + 1000 * sp["generation"])
+        window = GenerationWindow(self.window, rng, sp["window"])  # batches drawn from rng too
+        updates = Updates(learner, window, t.precision, state, self.trainers)
         pool: _Pool | None = None
         if isinstance(t.actors, RayActors):  # actors=ray: the workers as Ray actors
             pool = _RayWorkerPool(self.workers, game, learner, t.seed, t.actors.address)
@@ -120,9 +126,7 @@ class SelfPlayScheduler:
             pool = _WorkerPool(self.workers, game, learner, t.seed)
         trainers = None
         if self.trainers > 1:
-            trainers = DataParallelTrainers(self.trainers, learner, t.seed)
-            for entry in sp["window"]:  # a resumed loop's window
-                trainers.add_generation(entry, self.window)
+            trainers = DataParallelTrainers(self.trainers, learner, t.seed, window)
         metrics: dict[str, float] = {}
         learner_metrics: dict[str, Any] = {}
         try:
@@ -154,19 +158,18 @@ class SelfPlayScheduler:
                     _log_game(t, records[int(rng.integers(len(records)))], game, gen,
                               learner.generation)
                 state.episodes += len(records)
-                sp["window"].append((gen, *_stack(records, game)))
-                sp["window"] = sp["window"][-self.window:]
+                generation = (gen, *_stack(records, game))
+                window.add(generation)
                 if trainers is not None:
-                    trainers.add_generation(sp["window"][-1], self.window)
+                    trainers.add_generation(generation)
 
                 start = time.perf_counter()
-                with timer("update"):
-                    if trainers is None:
-                        learner_metrics = self._train(learner, sp["window"], t, rng)
-                    else:
-                        learner_metrics = trainers.train(sp["window"], self.train_steps, rng,
-                                                         t.precision)
-                    state.updates = learner.updates
+                learner_metrics = {}
+                if len(window) > 0:  # no position yet (no full-readout move): no batch
+                    with (trainers.training(self.train_steps) if trainers is not None
+                          else nullcontext()):
+                        for _ in range(self.train_steps):
+                            learner_metrics = updates.step()
                 train_s = time.perf_counter() - start
                 comm = trainers.comm if trainers is not None else {}
 
@@ -210,7 +213,7 @@ class SelfPlayScheduler:
                     vs_random = sp.get("vs_random", float("nan"))
                 eval_s = time.perf_counter() - start
                 sp["generation"] = gen + 1
-                sp["positions"] = sum(len(w[1]) for w in sp["window"])
+                sp["positions"] = len(window)
                 metrics = {
                     "selfplay/generation": float(gen + 1),
                     "selfplay/best_generation": float(learner.generation),
@@ -266,23 +269,6 @@ class SelfPlayScheduler:
             if trainers is not None:
                 trainers.close()
         return metrics or sp.get("metrics") or loop_metrics(state, learner, learner_metrics)
-
-    def _train(self, learner: AlphaZero, window: list, t: Training,
-               rng: np.random.Generator) -> dict[str, Any]:
-        planes = np.concatenate([w[1] for w in window])
-        pis = np.concatenate([w[2] for w in window])
-        zs = np.concatenate([w[3] for w in window])
-        out: dict[str, Any] = {}
-        if len(planes) == 0:
-            return out
-        for _ in range(self.train_steps):
-            rows = rng.integers(len(planes), size=min(learner.batch_size, len(planes)))
-            batch = (torch.from_numpy(planes[rows]), torch.from_numpy(pis[rows]),
-                     torch.from_numpy(zs[rows]))
-            with t.precision.autocast(learner.device):
-                out = learner.update(batch)
-        return out
-
 
 def _log_game(t: Training, record: GameRecord, game: GoGame, gen: int, player: int) -> None:
     """A game of generation `gen` (played by generation `player`) as the artifacts

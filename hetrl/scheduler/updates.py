@@ -1,28 +1,38 @@
 """The updates of every replay-based loop, wherever its env steps were taken: how many a
-number of env steps is owed, and the update step itself."""
+number of env steps is owed, and the update step itself (MiniGo's loop steps it too, on its
+window of generations, on one rank or many)."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
 
-from hetrl.algos.base import Batch, OffPolicyLearner
+from hetrl.algos.base import Batch, Learner
 from hetrl.precision.base import Precision
 from hetrl.replay.base import Replay
 from hetrl.scheduler.state import LoopState, PhaseTimer
+
+if TYPE_CHECKING:
+    from hetrl.replay.window import GenerationWindow
 
 
 class Updates:
     """The update schedule and the update step of an off-policy learner: `gradient_steps`
     updates for every `train_freq` env steps (counted across envs and actors), once more
     than `learning_starts` env steps are in; each update samples a batch, learns from it in
-    the precision's autocast, and hands a prioritized replay the rows' new priorities."""
+    the precision's autocast, and hands a prioritized replay the rows' new priorities.
 
-    def __init__(self, learner: OffPolicyLearner, replay: Replay, precision: Precision,
-                 state: LoopState) -> None:
+    `owed` reads an `OffPolicyLearner`'s schedule; MiniGo's loop, whose AlphaZero trains a
+    fixed number of steps a generation, calls `step` alone, on its window of generations
+    (`hetrl.replay.window`). Trained data-parallel over `ranks` ranks, each rank's step
+    samples its share of the learner's batch."""
+
+    def __init__(self, learner: Learner, replay: Replay | GenerationWindow,
+                 precision: Precision, state: LoopState, ranks: int = 1) -> None:
         self.learner, self.replay, self.state = learner, replay, state
+        self.rows = max(1, learner.batch_size // ranks)
         self.autocast = precision.autocast(learner.device)
         self.timer = PhaseTimer(state.phase_s)
 
@@ -41,7 +51,7 @@ class Updates:
         of the rows whose priority update may still go in (their slots not overwritten since)."""
         learner, replay, timer = self.learner, self.replay, self.timer
         with timer("sample"):
-            batch = replay.sample(learner.batch_size)
+            batch = replay.sample(self.rows)
         keep = after_sample(batch) if after_sample is not None else None
         with timer("update"), self.autocast:
             metrics = learner.update(batch)
