@@ -41,6 +41,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     _check_actors_fit_scheduler(cfg, choices)
     _check_scheduler_fits_env(cfg, choices)
     _check_precision_fits_scheduler(cfg, choices)
+    _check_precision_fits_trainers(cfg, choices)
     _check_partitioner_fits_platform(cfg, choices)
     _check_known_keys(cfg)
     _check_finite(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
@@ -243,6 +244,18 @@ def _check_precision_fits_scheduler(cfg: DictConfig, choices: Mapping[str, str])
             f"whose actors take a copy of the learner: choose precision from {fitting} (the "
             "actors' own precision is actors.precision)"
         )
+
+
+def _check_precision_fits_trainers(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    """Data-parallel trainer ranks other than rank 0 train in float32: with any other
+    precision DDP would average gradients of different numerics (fp16 scales rank 0's loss
+    alone)."""
+    trainers = OmegaConf.select(cfg, "selfplay.trainers", default=1)
+    if trainers > 1 and _dtype_name(cfg.precision.get("dtype")) != "float32":
+        raise ConfigError(
+            f"precision={choices['precision']} does not fit selfplay.trainers={trainers}: the "
+            "ranks besides rank 0 train in float32, and DDP would average their gradients with "
+            "rank 0's of other numerics: choose precision=fp32 or selfplay.trainers=1")
 
 
 def _check_partitioner_fits_platform(cfg: DictConfig, choices: Mapping[str, str]) -> None:

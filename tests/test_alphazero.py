@@ -31,6 +31,9 @@ TINY = ("steps=64", "algo.width=8", "algo.blocks=1", "algo.search.readouts=8",
     (("algo=dqn", "env=go9"), ["env=go9", "alphazero"]),
     (("algo=alphazero", "scheduler=sync"), ["scheduler=sync", "selfplay"]),
     (("algo=alphazero", "selfplay.trainers=0"), ["selfplay.trainers"]),
+    (("algo=alphazero", "selfplay.trainers=2", "precision=fp16"),
+     ["precision=fp16", "selfplay.trainers=2", "precision=fp32"]),
+    (("algo=alphazero", "selfplay.trainers=2", "precision=qat"), ["precision=qat"]),
 ])
 def test_validation_keeps_go_and_alphazero_together(overrides, words):
     cfg, choices = compose_job(*overrides)
