@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -44,7 +45,10 @@ from hetrl.platform.minigo_cluster import (
     scaling_efficiency_iter_norm,
 )
 from hetrl.precision.uniform import UniformPrecision
-from hetrl.scheduler.dataparallel import DataParallelTrainers, sample
+from hetrl.replay.window import GenerationWindow
+from hetrl.scheduler.dataparallel import DataParallelTrainers
+from hetrl.scheduler.state import LoopState
+from hetrl.scheduler.updates import Updates
 
 
 def openspiel_us_per_move(board_size: int, games: int, rng: np.random.Generator) -> float:
@@ -123,29 +127,28 @@ def games_per_s(workers: int, game: GoGame, width: int, blocks: int, games: int,
 def training_rate(ranks: int, threads: int, game: GoGame, width: int, blocks: int,
                   batch: int, steps: int) -> tuple[float, float]:
     """Training positions/s of `ranks` data-parallel ranks (rank 0 here at `threads` torch
-    threads, the others at 1) over a window of random positions, and rank 0's all-reduce
-    seconds per step (0 for one rank)."""
+    threads, the others at 1) through the loop's own update step on a window of random
+    positions, and rank 0's all-reduce seconds per step (0 for one rank)."""
     rng = np.random.default_rng(0)
     positions = 4 * batch
     planes = (rng.random((positions, game.planes, game.n, game.n)) > 0.5).astype(np.uint8)
     pis = rng.dirichlet(np.ones(game.num_actions), positions).astype(np.float32)
-    entry = (0, planes, pis, rng.choice([-1.0, 1.0], positions).astype(np.float32))
+    window = GenerationWindow(1, rng, [(0, planes, pis,
+                                        rng.choice([-1.0, 1.0], positions).astype(np.float32))])
     learner = make_learner((game.planes, game.n, game.n), game.num_actions, width=width,
                            blocks=blocks, batch_size=batch, lr_values=[0.01], lr_boundaries=[],
                            momentum=0.9, l2=1e-4, value_weight=0.5, search={})
+    updates = Updates(learner, window, UniformPrecision("float32"), LoopState(), ranks)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
-    trainers = DataParallelTrainers(ranks, learner, seed=0) if ranks > 1 else None
-    try:
-        if trainers is None:
-            def train(n: int) -> None:
-                for _ in range(n):
-                    learner.update(sample([entry], batch, rng))
-        else:
-            trainers.add_generation(entry, 1)
+    trainers = DataParallelTrainers(ranks, learner, 0, window) if ranks > 1 else None
 
-            def train(n: int) -> None:
-                trainers.train([entry], n, rng, UniformPrecision("float32"))
+    def train(n: int) -> None:
+        with trainers.training(n) if trainers is not None else nullcontext():
+            for _ in range(n):
+                updates.step()
+
+    try:
         train(2)  # warm up (and the ranks have started)
         start = time.perf_counter()
         train(steps)
