@@ -93,7 +93,9 @@ def _covering_jobs() -> list[tuple[tuple[str, ...], DictConfig, dict[str, str]]]
 def test_every_accepted_pair_of_options_trains(tmp_path: Path):
     failures = []
     for n, (overrides, cfg, choices) in enumerate(_covering_jobs()):
-        OmegaConf.update(cfg, "tracking.uri", tracking_uri(tmp_path))
+        for key, value in (("uri", tracking_uri(tmp_path)), ("logdir", str(tmp_path / "tb"))):
+            if key in cfg.tracking:  # MLflow's store or TensorBoard's folder, not the repo's
+                OmegaConf.update(cfg, f"tracking.{key}", value)
         out = tmp_path / f"job{n}"
         out.mkdir()
         try:
