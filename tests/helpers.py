@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig, OmegaConf
 
 from hetrl import experiment
 from hetrl.build import Components, build
@@ -41,6 +42,14 @@ def run_job(tmp_path: Path, *overrides: str) -> dict:
 
 def tracking_uri(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def track_into(cfg: DictConfig, tmp_path: Path) -> None:
+    """The job's tracker writes into tmp_path (MLflow's store, TensorBoard's folder), never
+    into the working directory's runs/."""
+    for key, value in (("uri", tracking_uri(tmp_path)), ("logdir", str(tmp_path / "tb"))):
+        if key in cfg.tracking:
+            OmegaConf.update(cfg, f"tracking.{key}", value)
 
 
 def hetrl_cli(tmp_path: Path, *args: str, timeout: float = 600,

@@ -9,7 +9,7 @@ import importlib.util
 import gymnasium as gym
 import pytest
 import torch
-from helpers import compose_job, hetrl_cli, tracking_uri
+from helpers import compose_job, hetrl_cli, track_into
 from hydra.errors import ConfigCompositionException, InstantiationException
 from hydra.utils import get_class, instantiate
 
@@ -55,7 +55,7 @@ def test_the_conf_tree_has_every_group():
 
 @pytest.mark.parametrize(("group", "option"), ALL_OPTIONS, ids=[f"{g}={o}" for g, o in ALL_OPTIONS])
 def test_every_option_composes_validates_and_builds(group, option, tmp_path):
-    overrides = [f"{group}={option}", f"tracking.uri={tracking_uri(tmp_path)}"]
+    overrides = [f"{group}={option}"]
     if group == "env":
         overrides.append(f"algo={_fitting_algo(option)}")
     if group == "scheduler":
@@ -69,6 +69,7 @@ def test_every_option_composes_validates_and_builds(group, option, tmp_path):
     cfg, choices = compose_job(*overrides)
     assert choices[group] == option
     validate(cfg, choices)
+    track_into(cfg, tmp_path)
 
     envs = instantiate(cfg.env)
     spaces = {"obs_space": envs.single_observation_space, "act_space": envs.single_action_space}

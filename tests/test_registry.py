@@ -15,7 +15,7 @@ from itertools import combinations
 from pathlib import Path
 
 import pytest
-from helpers import compose_job, tracking_uri
+from helpers import compose_job, track_into
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
@@ -93,9 +93,7 @@ def _covering_jobs() -> list[tuple[tuple[str, ...], DictConfig, dict[str, str]]]
 def test_every_accepted_pair_of_options_trains(tmp_path: Path):
     failures = []
     for n, (overrides, cfg, choices) in enumerate(_covering_jobs()):
-        for key, value in (("uri", tracking_uri(tmp_path)), ("logdir", str(tmp_path / "tb"))):
-            if key in cfg.tracking:  # MLflow's store or TensorBoard's folder, not the repo's
-                OmegaConf.update(cfg, f"tracking.{key}", value)
+        track_into(cfg, tmp_path)
         out = tmp_path / f"job{n}"
         out.mkdir()
         try:
