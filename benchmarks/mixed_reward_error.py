@@ -22,11 +22,11 @@ interval and the fp32 noise floor (the upper end of the interval of fp32 against
 from rliable (`hetrl.tracking.seeds`, `pip install 'hetrl[stats]'`), beside the paper's error.
 Goal (issue 15): the error of the means <= 5 % and inside the noise floor.
 
-The column "reduced forward layers" counts the layers whose forward pass the Versal plan runs
-in fp16 or bf16 (`reduced_forward_layers`). Where it is 0 the plan keeps every forward pass on
-the PS in fp32, the mixed job computes the fp32 job's numbers bit for bit, and its error of 0
-says nothing about fp16 or bf16: A2C's 64x64 networks on InvertedPendulum are such a plan (only
-a backward and two updates go to the PL).
+The column "reduced forward layers" counts the layers the Versal plan computes in fp16 or
+bf16 (`reduced_forward_layers`, from what the precision policy applies). Where it is 0 the
+plan keeps every forward pass on the PS in fp32, the mixed job computes the fp32 job's numbers
+bit for bit, and its error of 0 says nothing about fp16 or bf16: A2C's 64x64 networks on
+InvertedPendulum are such a plan (only a backward and two updates go to the PL).
 
 Budgets: where the fp32 runs have converged and stay converged at the final evaluation, if
 there is one. A2C on InvertedPendulum evaluates 1000 from 20k steps on; 200k (rl-zoo3's). DQN
@@ -46,9 +46,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import torch
 from common import build_job, run_job, table, verdict
 
-from hetrl.partition.graph import Pass
+from hetrl.precision.mixed import layer_forward_dtypes
 from hetrl.tracking.seeds import error_of_means, intervals
 
 # name -> (overrides, steps, eval every, eval episodes, paper error % [P] Table III)
@@ -65,12 +66,11 @@ MIN_SEEDS = 5
 
 
 def reduced_forward_layers(*overrides: str) -> int:
-    """How many forward passes `platform=versal precision=mixed` plans in a dtype below fp32."""
+    """How many layers `platform=versal precision=mixed` computes in a dtype below fp32."""
     c = build_job(*overrides, "platform=versal", "precision=mixed", plan=True)
-    graph, plan = c.step_plan.graph, c.step_plan.plan
-    dtype_of = c.precision.dtype_chooser(c.platform)
-    return sum(node.pass_ is Pass.forward and dtype_of(node, plan.devices[k]) != "float32"
-               for node, k in zip(graph.nodes, plan.assignment))
+    nodes = c.precision.node_dtypes(c.step_plan.graph, c.step_plan.plan, c.platform)
+    return sum(dtype != torch.float32
+               for layers in layer_forward_dtypes(nodes).values() for dtype in layers.values())
 
 
 def main() -> None:

@@ -59,23 +59,11 @@ class HardwareAwarePrecision:
                 "or platform=host with platform.measure_layers=true, so that each layer is "
                 "assigned a device and a dtype"
             )
-        if plan.dtypes is not None:  # measured on the host: the plan's own dtypes
-            dtypes = plan.dtypes
-        else:
-            dtype_of = self.dtype_chooser(platform)
-            dtypes = [dtype_of(node, plan.devices[k])
-                      for node, k in zip(graph.nodes, plan.assignment)]
-        forward: dict[str, dict[str, torch.dtype]] = defaultdict(dict)
-        rounded: list[torch.Tensor] = []
-        for node, name in zip(graph.nodes, dtypes):
-            if node.kind is Kind.loss:  # computed by the update rule, in fp32
-                continue
-            dtype = getattr(torch, name)
-            module = getattr(learner, node.network).get_submodule(node.layer)
-            if node.pass_ is Pass.forward:  # a layer run twice in a step keeps its first dtype
-                forward[node.network].setdefault(node.layer, dtype)
-            elif node.pass_ is Pass.update and dtype == torch.bfloat16:
-                rounded.extend(module.parameters())
+        nodes = self.node_dtypes(graph, plan, platform)
+        forward = layer_forward_dtypes(nodes)
+        rounded = [p for node, dtype in nodes if node.pass_ is Pass.update
+                   and dtype == torch.bfloat16
+                   for p in getattr(learner, node.network).get_submodule(node.layer).parameters()]
         for network, layers in forward.items():
             # a network all in float32 gets no hooks: the same numbers, without their cost
             # (a small update on the host is dominated by such overheads)
@@ -90,6 +78,30 @@ class HardwareAwarePrecision:
         if any(torch.float16 in layers.values() for layers in forward.values()):
             learner.scaler = self.loss_scaling.scaler(learner.device)
 
+    def node_dtypes(self, graph: TaskGraph, plan: Plan,
+                    platform) -> list[tuple[Node, torch.dtype]]:
+        """Each node of the step but the loss (computed by the update rule, in fp32) with the
+        dtype it computes in: the plan's own where the host measured them, else its device's."""
+        if plan.dtypes is not None:  # measured on the host: the plan's own dtypes
+            dtypes = plan.dtypes
+        else:
+            dtype_of = self.dtype_chooser(platform)
+            dtypes = [dtype_of(node, plan.devices[k])
+                      for node, k in zip(graph.nodes, plan.assignment)]
+        return [(node, getattr(torch, name)) for node, name in zip(graph.nodes, dtypes)
+                if node.kind is not Kind.loss]
+
     def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
         """No step-wide autocast: each layer has its own (see `apply`)."""
         return contextlib.nullcontext()
+
+
+def layer_forward_dtypes(nodes: list[tuple[Node, torch.dtype]]
+                         ) -> dict[str, dict[str, torch.dtype]]:
+    """network -> layer -> the dtype the layer computes in: its first forward node's (a layer
+    run twice in a step keeps its first dtype)."""
+    forward: dict[str, dict[str, torch.dtype]] = defaultdict(dict)
+    for node, dtype in nodes:
+        if node.pass_ is Pass.forward:
+            forward[node.network].setdefault(node.layer, dtype)
+    return forward
