@@ -96,7 +96,14 @@ class TrainingProgress:
                 self._handlers.append((handler, previous))
 
     def update(self, step: int, metrics: Mapping[str, float]) -> None:
-        """At a log step: the bar's figures, and a line for the log."""
+        """At a log step: the bar's figures, and a line for the log. An evaluation gets a
+        line of its own; other reports (an event such as a PEARL decision) no line."""
+        if "eval/return_mean" in metrics:
+            log.info("%s step %d/%d eval/return_mean %.1f", self.title, step, self.total,
+                     metrics["eval/return_mean"], extra={"progress": self.bar is not None})
+            return
+        if "sps" not in metrics:
+            return
         self.step = step
         ret = metrics.get("return_mean_100")
         ret_text = "-" if ret is None else f"{ret:.1f}"

@@ -26,6 +26,13 @@ def test_the_same_seed_evaluates_to_the_same_returns_and_evaluating_changes_no_t
         assert evaluated[0][key] == plain[key], key
 
 
+@pytest.mark.parametrize("scheduler", ["actorq", "pearl"])
+def test_the_actor_pool_schedulers_evaluate_too(tmp_path, scheduler):
+    metrics = run_job(tmp_path, *OFF_POLICY, f"scheduler={scheduler}", "actors=process",
+                      "actors.n=1", "eval.every=200", "eval.episodes=2", "tracking=none")
+    assert metrics["eval/return_mean"] > 0
+
+
 def test_evaluations_are_logged_over_steps_and_the_reward_error_stands_on_the_last(tmp_path):
     run_job(tmp_path, *OFF_POLICY, "precision=bf16", "eval.every=200", "eval.episodes=2")
     runs = {r.data.tags["precision"]: r for r in mlflow_runs(tmp_path)}

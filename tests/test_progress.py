@@ -65,3 +65,12 @@ def test_without_a_terminal_the_progress_lines_are_plain_log_lines(caplog):
         progress.update(1_000, {"sps": 10.0})
     progress.close()
     assert out.getvalue() == "" and "job step 1000/2000 return_mean_100 - sps 10" in caplog.text
+
+
+def test_an_evaluation_gets_its_own_line_and_an_event_none(caplog):
+    progress = TrainingProgress(2_000, 0, "job", console=Console(file=io.StringIO()))
+    with caplog.at_level(logging.INFO, logger="hetrl"):
+        progress.update(1_000, {"eval/return_mean": 187.25, "eval/return_std": 3.0})
+        progress.update(1_000, {"pearl/decision": 1.0})
+    progress.close()
+    assert [r.getMessage() for r in caplog.records] == ["job step 1000/2000 eval/return_mean 187.2"]

@@ -110,8 +110,8 @@ class PearlScheduler:
             return metrics
 
         def report(step: int, metrics: dict[str, float]) -> None:
-            metrics = {**metrics, **primitives()}
-            metrics["env_steps_per_s"] = metrics["sps"]
+            if "sps" in metrics:  # the loop's figures, not an evaluation's
+                metrics = {**metrics, **primitives(), "env_steps_per_s": metrics["sps"]}
             t.report(step, metrics)
 
         boundary = StepBoundary(dataclasses.replace(t, report=report), state)
