@@ -8,11 +8,13 @@ likely action for the policy-gradient learners), so the only difference is the p
 
 from __future__ import annotations
 
+import copy
 from contextlib import nullcontext
 from typing import Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
+import torch
 from torch import nn
 
 from hetrl.algos.base import Learner
@@ -44,6 +46,11 @@ def episode_returns(learner: Learner, env: gym.vector.VectorEnv, episodes: int, 
     return returns
 
 
+BEST_SEED_OFFSET = 1_000
+"""The kept policy is scored on episodes seed + EVAL_SEED_OFFSET + BEST_SEED_OFFSET + i, which
+no evaluation during training played (eval.episodes <= BEST_SEED_OFFSET)."""
+
+
 class Evaluator:
     """Deterministic evaluation during training (`eval.every`, `eval.episodes`): the
     learner's policy, acting without exploration, on an env of its own whose episode i starts
@@ -56,13 +63,29 @@ class Evaluator:
         self.env = make_env()
 
     def __call__(self) -> dict[str, float]:
-        saved = rng_states()
-        try:
-            returns = episode_returns(self.learner, self.env, self.episodes, self.seed)
-        finally:
-            set_rng_states(saved)
+        returns = self._returns(self.seed)
         return {"eval/return_mean": float(returns.mean()), "eval/return_std": float(returns.std()),
                 "eval/return_min": float(returns.min())}
+
+    def best(self, step: int, weights: dict[str, torch.Tensor]) -> dict[str, float]:
+        """The policy a user keeps, the learner as it was at its best evaluation (`weights`,
+        at env step `step`; SB3's best model), scored on episodes that no evaluation played,
+        so that having picked it for its return does not inflate that return. Where a learner
+        does not stay converged (DQN on CartPole) this is the return its training reached."""
+        now = copy.deepcopy(self.learner.state_dict())
+        self.learner.load_state_dict(weights)
+        try:
+            returns = self._returns(self.seed + BEST_SEED_OFFSET)
+        finally:
+            self.learner.load_state_dict(now)
+        return {"eval/best_return_mean": float(returns.mean()), "eval/best_step": float(step)}
+
+    def _returns(self, seed: int) -> np.ndarray:
+        saved = rng_states()
+        try:
+            return episode_returns(self.learner, self.env, self.episodes, seed)
+        finally:
+            set_rng_states(saved)
 
     def close(self) -> None:
         self.env.close()

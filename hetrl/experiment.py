@@ -101,7 +101,7 @@ def _reference_tags(tracker: Tracker) -> dict[str, str]:
     return {REFERENCE_TAG: tracker.run_id} if tracker.run_id else {}
 
 
-SUMMARY = ("return_mean_100", "eval/return_mean", "reward_error_pct", "ptq_reward_error_pct", "time_to_95pct_s",
+SUMMARY = ("return_mean_100", "eval/return_mean", "eval/best_return_mean", "reward_error_pct", "ptq_reward_error_pct", "time_to_95pct_s",
            "sps", "eps_host", "eps_platform", "updates")
 """The final metrics the end summary names (those the run has)."""
 
@@ -212,6 +212,10 @@ def _train(
     )
     try:
         results = c.scheduler.run(training, state)
+        if evaluate is not None and state.eval_best is not None:
+            best = evaluate.best(*state.eval_best[::2])
+            tracker.log_metrics(best, step=state.step)
+            results.update(best)
     finally:
         progress.close()
         c.envs.close()

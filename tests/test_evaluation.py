@@ -3,8 +3,14 @@ their own seeds, `eval/return_mean` over steps, and the reward error on the fina
 
 from __future__ import annotations
 
+import copy
+from functools import partial
+
 import pytest
-from helpers import metric_history, mlflow_runs, run_job
+import torch
+from helpers import build_job, metric_history, mlflow_runs, run_job
+
+from hetrl.evaluation import Evaluator
 
 OFF_POLICY = ("algo=dqn", "steps=400", "algo.learning_starts=100", "algo.train_freq=4",
               "algo.gradient_steps=1", "algo.hidden=[16,16]", "algo.batch_size=16",
@@ -45,3 +51,28 @@ def test_evaluations_are_logged_over_steps_and_the_reward_error_stands_on_the_la
     expected = abs(metrics["eval/return_mean"] - reference) / abs(reference) * 100
     assert metrics["reward_error_pct"] == pytest.approx(expected)
     assert "return_mean_100" in metrics  # the training return keeps its own name
+
+
+def test_the_kept_policy_is_the_best_evaluations_scored_on_episodes_of_its_own(tmp_path):
+    run_job(tmp_path, *OFF_POLICY, "steps=600", "eval.every=100", "eval.episodes=3")
+    (run,) = mlflow_runs(tmp_path)
+    curve = metric_history(tmp_path, run.info.run_id, "eval/return_mean")
+    best_step, best = max(curve, key=lambda point: (point[1], -point[0]))  # the first best
+    assert run.data.metrics["eval/best_step"] == best_step
+    assert run.data.metrics["eval/best_return_mean"] > 0
+
+
+def test_scoring_the_kept_weights_scores_them_and_leaves_the_learner_as_it_is():
+    c = build_job(*OFF_POLICY, "tracking=none")
+    evaluator = Evaluator(c.learner, partial(c.make_envs, n_envs=1), episodes=3, seed=0)
+    kept = copy.deepcopy(c.learner.state_dict())
+    scored = evaluator.best(100, kept)
+    with torch.no_grad():  # a policy that always pushes left: the shortest episodes
+        c.learner.q[-1].weight.zero_()
+        c.learner.q[-1].bias.copy_(torch.tensor([1.0, 0.0]))
+    now = copy.deepcopy(c.learner.state_dict())
+    assert evaluator()["eval/return_mean"] < 12
+    assert evaluator.best(100, kept) == scored == {**scored, "eval/best_step": 100.0}
+    assert evaluator.best(100, now) != scored  # the weights given are what is scored
+    assert all(torch.equal(now[k], v) for k, v in c.learner.state_dict().items())
+    evaluator.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import signal
@@ -142,7 +143,10 @@ class StepBoundary:
         if t.evaluate is not None and (_crossed(state.step, n, t.eval_every) or finished):
             start = perf_counter()
             metrics = t.evaluate()
-            state.eval_history.append((state.step, metrics["eval/return_mean"]))
+            score = metrics["eval/return_mean"]
+            state.eval_history.append((state.step, score))
+            if state.eval_best is None or score > state.eval_best[1]:
+                state.eval_best = (state.step, score, copy.deepcopy(t.learner.state_dict()))
             t.report(state.step, metrics)
             self._tick += perf_counter() - start  # evaluating is no part of the loop's time
         if checkpoint_due and not finished:

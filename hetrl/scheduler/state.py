@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from time import perf_counter
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +24,8 @@ class LoopState:
     actors: dict[int, dict[str, float]] = field(default_factory=dict)  # rank -> stat totals
     obs: np.ndarray | None = None
     eval_history: list[tuple[int, float]] = field(default_factory=list)  # (step, eval return)
+    # the best evaluation so far: (step, eval return, the learner's state_dict then)
+    eval_best: tuple[int, float, dict[str, Any]] | None = None
 
     def record_episodes(self, returns: np.ndarray) -> None:
         self.returns.extend(float(r) for r in returns)
