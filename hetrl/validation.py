@@ -44,6 +44,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     _check_precision_fits_trainers(cfg, choices)
     _check_partitioner_fits_platform(cfg, choices)
     _check_known_keys(cfg)
+    _check_derived_keys(cfg)
     _check_finite(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
     OmegaConf.to_object(cfg)  # builds each dataclass, which runs its __post_init__
     _check_replay_holds_a_batch(cfg, choices)
@@ -67,6 +68,17 @@ def _check_known_keys(node: DictConfig, prefix: str = "") -> None:
         child = node._get_node(key)
         if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
             _check_known_keys(child, f"{prefix}{key}.")
+
+
+DERIVED_KEYS = {"algo.n_envs": "env.n_envs", "algo.total_steps": "steps"}
+"""Keys whose schema takes their value from another key: set that one."""
+
+
+def _check_derived_keys(cfg: DictConfig) -> None:
+    for key, source in DERIVED_KEYS.items():
+        value, given = OmegaConf.select(cfg, key), OmegaConf.select(cfg, source)
+        require(value is None or value == given, key, value,
+                f"{source}'s ({given}): {key} follows {source}, so set {source}={value}")
 
 
 def _check_finite(tree: Any, key: str = "") -> None:

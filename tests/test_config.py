@@ -133,6 +133,19 @@ def test_every_tuned_file_composes_validates_and_is_tagged(tuned):
         assert cfg.algo[key] == value
 
 
+@pytest.mark.parametrize(("overrides", "source"), [
+    (("algo=a2c", "algo.n_envs=16"), "env.n_envs=16"),
+    (("algo.total_steps=5000",), "steps=5000"),
+])
+def test_a_key_that_follows_another_names_the_one_to_set(overrides, source):
+    """algo.n_envs=16 alone once sized A2C's rollouts for 16 envs while 1 env stepped."""
+    cfg, choices = compose_job(*overrides)
+    with pytest.raises(ConfigError, match="valid values are") as err:
+        validate(cfg, choices)
+    assert overrides[-1] in str(err.value) and f"set {source}" in str(err.value)
+    validate(*compose_job(*overrides, source))
+
+
 def test_unknown_option_names_it_and_the_choices():
     with pytest.raises(ConfigCompositionException) as err:
         compose_job("algo=foo")
