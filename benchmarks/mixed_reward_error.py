@@ -114,35 +114,42 @@ def main() -> None:
             else:
                 budget = [f"steps={args.steps or steps}", f"eval.every={every}",
                           f"eval.episodes={episodes}", "log_every=5000"]
-            fp32, mixed = [], []
+            fp32: dict[str, list[float]] = {FINAL: [], KEPT: []}
+            mixed: dict[str, list[float]] = {FINAL: [], KEPT: []}
             for seed in seeds:
                 job = [*overrides, f"seed={seed}", *budget]
                 a = run_job(Path(tmp), *job, "precision=fp32")
                 b = run_job(Path(tmp), *[o for o in job if "measure_layers" not in o],
                             "platform=versal", "precision=mixed")
-                fp32.append(a.get(score, float("nan")))
-                mixed.append(b.get(score, float("nan")))
-                print(f"{name} seed {seed}: {score} fp32 {fp32[-1]:.1f}  mixed {mixed[-1]:.1f}",
-                      flush=True)
-            rows.append((name, paper, score, np.array(fp32), np.array(mixed),
-                         reduced_forward_layers(*overrides, "tracking=none")))
+                for key in (FINAL, KEPT):
+                    fp32[key].append(a.get(key, float("nan")))
+                    mixed[key].append(b.get(key, float("nan")))
+                print(f"{name} seed {seed}: " + "  ".join(
+                    f"{key} fp32 {fp32[key][-1]:.1f} mixed {mixed[key][-1]:.1f}"
+                    for key in (FINAL, KEPT)), flush=True)
+            reduced = reduced_forward_layers(*overrides, "tracking=none")
+            for key in (score, *({FINAL, KEPT} - {score})):  # the scored return first
+                rows.append((name, paper, key, key == score, np.array(fp32[key]),
+                             np.array(mixed[key]), reduced))
     scores = {}
-    for name, _, _, a, b, _ in rows:
-        scores[f"{name}/error"] = np.stack([a, b], axis=1)
-        scores[f"{name}/floor"] = np.stack([a, a], axis=1)
+    for name, _, key, _, a, b, _ in rows:
+        scores[f"{name}/{key}/error"] = np.stack([a, b], axis=1)
+        scores[f"{name}/{key}/floor"] = np.stack([a, a], axis=1)
     cis = intervals(scores) or {}
     out = []
-    for name, paper, score, a, b, reduced in rows:
-        error = float(error_of_means(scores[f"{name}/error"])[0])
-        low, high = cis.get(f"{name}/error", (float("nan"),) * 2)
-        floor = cis.get(f"{name}/floor", (float("nan"),) * 2)[1]
+    for name, paper, key, scored, a, b, reduced in rows:
+        error = float(error_of_means(scores[f"{name}/{key}/error"])[0])
+        low, high = cis.get(f"{name}/{key}/error", (float("nan"),) * 2)
+        floor = cis.get(f"{name}/{key}/floor", (float("nan"),) * 2)[1]
         per_seed = statistics.fmean(abs(y - x) / max(abs(x), 1e-12) * 100 for x, y in zip(a, b))
         ok = error <= GOAL_PCT and (not np.isfinite(floor) or error <= floor)
-        out.append((name, len(a), reduced, score, f"{a.mean():.1f}", f"{b.mean():.1f}",
-                    f"{per_seed:.2f}",
+        judged = verdict(ok) if reduced else "not measured: all fp32"
+        out.append((name, len(a), reduced, key if scored else f"({key})", f"{a.mean():.1f}",
+                    f"{b.mean():.1f}", f"{per_seed:.2f}",
                     f"**{error:.2f}** [{low:.2f}, {high:.2f}]", f"{floor:.2f}", f"{paper:.2f}",
-                    verdict(ok) if reduced else "not measured: all fp32"))
-    table(["workload", "seeds", "reduced forward layers", "return scored", "fp32 (mean)",
+                    judged if scored else "(for comparison)"))
+    table(["workload", "seeds", "reduced forward layers", "return (scored, or in brackets)",
+           "fp32 (mean)",
            "mixed (mean)",
            "error per seed %", "error of the means % [95% CI]", "fp32 noise floor %", "paper %",
            f"goal <= {GOAL_PCT} and inside the floor"], out,
