@@ -16,15 +16,18 @@ import pytest
 BENCHMARKS = sorted(path for path in (Path(__file__).parent.parent / "benchmarks").glob("*.py")
                     if 'if __name__ == "__main__":' in path.read_text())
 EXTRAS = {"vs_sb3.py": "stable_baselines3"}  # what a benchmark needs beyond `.[test]`
+MODES = {"pearl_eps.py": [["--ab", "1"]]}  # a benchmark's other modes, smoked as well
+RUNS = [(path, args) for path in BENCHMARKS for args in [[], *MODES.get(path.name, [])]]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", BENCHMARKS, ids=lambda path: path.stem)
-def test_smoke(script: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("script", "args"), RUNS,
+                         ids=[" ".join([path.stem, *args]) for path, args in RUNS])
+def test_smoke(script: Path, args: list[str], tmp_path: Path) -> None:
     if script.name in EXTRAS:
         pytest.importorskip(EXTRAS[script.name], reason="pip install -e '.[bench]'")
-    out = subprocess.run([sys.executable, str(script), "--smoke"], check=False, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300,
+    out = subprocess.run([sys.executable, str(script), "--smoke", *args], check=False,
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"^\|(---:?\|)+$", out.stdout, re.MULTILINE), out.stdout[-3000:]
