@@ -101,8 +101,8 @@ def _reference_tags(tracker: Tracker) -> dict[str, str]:
     return {REFERENCE_TAG: tracker.run_id} if tracker.run_id else {}
 
 
-SUMMARY = ("return_mean_100", "eval/return_mean", "eval/best_return_mean", "reward_error_pct", "ptq_reward_error_pct", "time_to_95pct_s",
-           "sps", "eps_host", "eps_platform", "updates")
+SUMMARY = ("return_mean_100", "eval/return_mean", "eval/best_return_mean", "reward_error_pct",
+           "ptq_reward_error_pct", "time_to_95pct_s", "sps", "eps_host", "eps_platform", "updates")
 """The final metrics the end summary names (those the run has)."""
 
 
@@ -213,7 +213,8 @@ def _train(
     try:
         results = c.scheduler.run(training, state)
         if evaluate is not None and state.eval_best is not None:
-            best = evaluate.best(*state.eval_best[::2])
+            step, _, weights = state.eval_best
+            best = evaluate.best(step, weights)
             tracker.log_metrics(best, step=state.step)
             results.update(best)
     finally:
