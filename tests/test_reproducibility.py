@@ -31,12 +31,14 @@ def test_same_seed_same_returns_other_seed_other_returns(tmp_path):
 
 
 def test_a_stopped_and_resumed_job_ends_with_the_uninterrupted_curve(tmp_path):
-    reference = run_job(tmp_path, *JOB)
+    evaluated = (*JOB, "eval.every=500", "eval.episodes=2")  # the kept policy goes on too
+    reference = run_job(tmp_path, *evaluated)
     expected = _returns(tmp_path, reference["run_id"])
 
     job_dir = tmp_path / "stopped"
     cli = [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}"]
-    proc = subprocess.Popen([*cli, *JOB, "checkpoint_every=500", f"hydra.run.dir={job_dir}"],
+    proc = subprocess.Popen([*cli, *evaluated, "checkpoint_every=500",
+                             f"hydra.run.dir={job_dir}"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     deadline = time.monotonic() + 120
@@ -49,6 +51,8 @@ def test_a_stopped_and_resumed_job_ends_with_the_uninterrupted_curve(tmp_path):
     assert [r.info.status for r in killed] == ["KILLED"]
     stopped_at = _returns(tmp_path, killed[0].info.run_id)[-1][0]
     assert stopped_at < 10000  # it really stopped early
+    best_step, _, weights = checkpoint.load(job_dir)["loop"].eval_best  # kept in the checkpoint
+    assert 0 < best_step <= stopped_at and "q.0.weight" in weights
 
     resumed = subprocess.run([*cli, f"resume={job_dir}"], cwd=tmp_path, capture_output=True,
                              text=True, timeout=300)
@@ -56,6 +60,8 @@ def test_a_stopped_and_resumed_job_ends_with_the_uninterrupted_curve(tmp_path):
     runs = [r for r in mlflow_runs(tmp_path) if r.info.run_id != reference["run_id"]]
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"  # the same run went on
     assert _returns(tmp_path, runs[0].info.run_id) == expected
+    for key in ("eval/best_step", "eval/best_return_mean"):
+        assert runs[0].data.metrics[key] == reference[key], key
 
 
 def test_a_job_killed_after_a_checkpoint_resumes_bit_for_bit_logging_each_step_once(tmp_path):
