@@ -4,6 +4,13 @@ and a plain-PyTorch learner loop on PEARL's workloads (Table 2) at batch 32 and 
     python benchmarks/pearl_eps.py            # 20 000 env steps a job
     python benchmarks/pearl_eps.py --smoke    # a few thousand, one batch size
     python benchmarks/pearl_eps.py --ab 6     # dynamic resources on/off, 6 interleaved pairs
+    python benchmarks/pearl_eps.py --time-to 475 --seeds 3   # wall time to a training return
+
+`--time-to R` times how long DQN-CartPole takes to reach a training `return_mean_100` >= R
+on the Foundation's config (rl-zoo3's, conf/tuned/dqn_cartpole.yaml) within 100k env steps:
+hetrl `scheduler=pearl` and `sync` (the loop's own wall time, step / sps at each log of
+1000 steps) against SB3 (wall time of `learn` at the check every 1000 steps). Issue 12's
+goal: pearl at most half of SB3's time.
 
 `--ab N` measures Algorithm 1 (dynamic resource management) where the learner dominates:
 DQN-CartPole at batch 512 under `scheduler=pearl`, `scheduler.dynamic_resources=true` and
@@ -29,7 +36,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from common import host_line, num, ratio, run_job, table
+from common import host_line, num, ratio, run_job, table, tracking_uri
+from mlflow.tracking import MlflowClient
 from plain_torch import plain_ddpg, plain_dqn
 
 from hetrl.algos.base import Batch
@@ -116,13 +124,81 @@ def dynamic_resources_ab(pairs: int, steps: int) -> None:
                 "env steps a job (goal >= 1.15)", align="lrrr")
 
 
+def hetrl_time_to(store: Path, scheduler: str, target: float, seed: int,
+                  steps: int) -> float | None:
+    """The loop's wall time when return_mean_100 first reached `target`, or None."""
+    m = run_job(store, "algo=dqn", "env=cartpole", f"scheduler={scheduler}", f"steps={steps}",
+                "log_every=1000", f"seed={seed}")
+    client = MlflowClient(tracking_uri(store))
+    sps = {p.step: p.value for p in client.get_metric_history(m["run_id"], "sps")}
+    reached = [p.step for p in client.get_metric_history(m["run_id"], "return_mean_100")
+               if p.value >= target]
+    return min(reached) / sps[min(reached)] if reached else None
+
+
+def sb3_time_to(target: float, seed: int, steps: int) -> float | None:
+    """SB3's DQN on the same config: wall time of `learn` when the mean of its last 100
+    training episodes first reached `target`, checked every 1000 env steps, or None."""
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Reached(BaseCallback):
+        seconds: float | None = None
+
+        def _on_step(self) -> bool:
+            episodes = [e["r"] for e in self.model.ep_info_buffer]
+            if self.num_timesteps % 1000 == 0 and episodes and np.mean(episodes) >= target:
+                self.seconds = time.perf_counter() - start
+                return False
+            return True
+
+    torch.set_num_threads(1)
+    model = DQN("MlpPolicy", "CartPole-v1", learning_rate=2.3e-3, batch_size=64,
+                buffer_size=100_000, learning_starts=1000, gamma=0.99, target_update_interval=10,
+                train_freq=256, gradient_steps=128, exploration_fraction=0.16,
+                exploration_final_eps=0.04, policy_kwargs={"net_arch": [256, 256]},
+                device="cpu", seed=seed, verbose=0)
+    reached = Reached()
+    start = time.perf_counter()
+    model.learn(steps, callback=reached)
+    return reached.seconds
+
+
+def time_to(target: float, seeds: int, steps: int) -> None:
+    rows, times = [], {"hetrl pearl": [], "hetrl sync": [], "SB3": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(seeds):
+            got = {"hetrl pearl": hetrl_time_to(Path(tmp), "pearl", target, seed, steps),
+                   "hetrl sync": hetrl_time_to(Path(tmp), "sync", target, seed, steps),
+                   "SB3": sb3_time_to(target, seed, steps)}
+            for who, seconds in got.items():
+                times[who].append(seconds)
+            rows.append([seed, *("not reached" if t is None else f"{t:.1f}"
+                                 for t in got.values())])
+    summary = ["reached, median s"]
+    for ts in times.values():
+        reached = [t for t in ts if t is not None]
+        summary.append(f"{len(reached)}/{seeds}"
+                       + (f", {np.median(reached):.1f}" if reached else ""))
+    table(["seed", *times], [*rows, summary], align="lrrr",
+          title=f"Wall time to return_mean_100 >= {target:g}, DQN-CartPole (rl-zoo3's config), "
+                f"within {steps} env steps (goal: pearl <= 0.5 x SB3)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="a short run, batch 32 only")
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--ab", type=int, metavar="PAIRS",
                         help="only the dynamic-resources A/B, in this many interleaved pairs")
+    parser.add_argument("--time-to", type=float, metavar="RETURN",
+                        help="only the wall time to this training return, against SB3")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds of --time-to")
     args = parser.parse_args()
+    if args.time_to is not None:
+        print(host_line())
+        time_to(args.time_to, args.seeds, 3000 if args.smoke else 100_000)
+        return
     if args.ab:
         print(host_line())
         dynamic_resources_ab(args.ab, 3000 if args.smoke else args.steps)

@@ -16,7 +16,7 @@ import pytest
 BENCHMARKS = sorted(path for path in (Path(__file__).parent.parent / "benchmarks").glob("*.py")
                     if 'if __name__ == "__main__":' in path.read_text())
 EXTRAS = {"vs_sb3.py": "stable_baselines3"}  # what a benchmark needs beyond `.[test]`
-MODES = {"pearl_eps.py": [["--ab", "1"]]}  # a benchmark's other modes, smoked as well
+MODES = {"pearl_eps.py": [["--ab", "1"], ["--time-to", "20", "--seeds", "1"]]}  # a benchmark's other modes, smoked as well
 RUNS = [(path, args) for path in BENCHMARKS for args in [[], *MODES.get(path.name, [])]]
 
 
