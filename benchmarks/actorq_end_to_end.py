@@ -38,8 +38,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from common import load_average, run_job, table, tracking_uri
-from mlflow.tracking import MlflowClient
+from common import load_average, metric_history, run_job, table
 
 warnings.filterwarnings("ignore")
 
@@ -75,9 +74,7 @@ def run_task(task: str, precisions: list[str], args: argparse.Namespace, store: 
             f"actors.pull_every={args.pull_every}", f"actors.quantize_on={args.quantize_on}",
             "actors.eval_episodes=3", "platform.measure_layers=false", f"seed={args.seed}",
             f"log_every={steps // 20}", *["algo.learning_starts=200"] * args.smoke)
-        curve = MlflowClient(tracking_uri(store)).get_metric_history(result["run_id"],
-                                                                     "return_mean_100")
-        result["first_return"] = min(curve, key=lambda m: m.step).value
+        result["first_return"] = metric_history(store, result["run_id"], "return_mean_100")[0][1]
         rows.append((precision, result))
         print(f"  {task} {precision}: done", flush=True)
     return rows

@@ -28,6 +28,7 @@ from hetrl.options import compose_job
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
+    from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
     from hetrl.build import Components
 
@@ -116,6 +117,45 @@ def sweep(store: Path, *overrides: str) -> list[Run]:
         [parent.info.experiment_id],
         filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
         order_by=["attributes.start_time ASC"])
+
+
+def metric_history(store: Path, run_id: str, key: str) -> list[tuple[int, float]]:
+    """A run's logged (step, value) points of metric `key`, in step order."""
+    from mlflow.tracking import MlflowClient
+
+    points = MlflowClient(tracking_uri(store)).get_metric_history(run_id, key)
+    return sorted((p.step, p.value) for p in points)
+
+
+# ---- the SB3 reference -------------------------------------------------------------------
+
+
+def sb3_model(algo: DictConfig, env_id: str, learning_starts: int,
+              seed: int = 0) -> OffPolicyAlgorithm:
+    """SB3's DQN or DDPG with the hyperparameters of a composed hetrl `algo` config."""
+    import gymnasium as gym
+    import numpy as np
+    from stable_baselines3 import DDPG, DQN
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    env = gym.make(env_id)
+    kwargs = {"learning_rate": algo.lr, "buffer_size": algo.buffer_size,
+              "batch_size": algo.batch_size, "learning_starts": learning_starts,
+              "gamma": algo.gamma, "train_freq": algo.train_freq,
+              "gradient_steps": algo.gradient_steps,
+              "policy_kwargs": {"net_arch": list(algo.hidden)}, "device": "cpu", "seed": seed,
+              "verbose": 0}
+    if "target_update_interval" in algo:  # DQN; hetrl counts the interval in updates, SB3 in
+        # env steps: gradient_steps updates every train_freq env steps
+        every = algo.target_update_interval * algo.train_freq // algo.gradient_steps
+        return DQN("MlpPolicy", env, max_grad_norm=algo.max_grad_norm,
+                   target_update_interval=every,
+                   exploration_fraction=algo.exploration_fraction,
+                   exploration_initial_eps=algo.exploration_initial_eps,
+                   exploration_final_eps=algo.exploration_final_eps, **kwargs)
+    act_dim = env.action_space.shape[0]
+    noise = NormalActionNoise(np.zeros(act_dim), algo.noise_std * np.ones(act_dim))
+    return DDPG("MlpPolicy", env, tau=algo.tau, action_noise=noise, **kwargs)
 
 
 # ---- timing ------------------------------------------------------------------------------

@@ -36,8 +36,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from common import host_line, num, ratio, run_job, table, tracking_uri
-from mlflow.tracking import MlflowClient
+from common import host_line, job_config, metric_history, num, ratio, run_job, sb3_model, table
 from plain_torch import plain_ddpg, plain_dqn
 
 from hetrl.algos.base import Batch
@@ -124,22 +123,23 @@ def dynamic_resources_ab(pairs: int, steps: int) -> None:
                 "env steps a job (goal >= 1.15)", align="lrrr")
 
 
+TIME_TO_JOB = ("algo=dqn", "env=cartpole")  # with conf/tuned/dqn_cartpole.yaml (rl-zoo3's)
+
+
 def hetrl_time_to(store: Path, scheduler: str, target: float, seed: int,
                   steps: int) -> float | None:
     """The loop's wall time when return_mean_100 first reached `target`, or None."""
-    m = run_job(store, "algo=dqn", "env=cartpole", f"scheduler={scheduler}", f"steps={steps}",
+    m = run_job(store, *TIME_TO_JOB, f"scheduler={scheduler}", f"steps={steps}",
                 "log_every=1000", f"seed={seed}")
-    client = MlflowClient(tracking_uri(store))
-    sps = {p.step: p.value for p in client.get_metric_history(m["run_id"], "sps")}
-    reached = [p.step for p in client.get_metric_history(m["run_id"], "return_mean_100")
-               if p.value >= target]
-    return min(reached) / sps[min(reached)] if reached else None
+    sps = dict(metric_history(store, m["run_id"], "sps"))
+    reached = [step for step, value in metric_history(store, m["run_id"], "return_mean_100")
+               if value >= target]
+    return reached[0] / sps[reached[0]] if reached else None
 
 
 def sb3_time_to(target: float, seed: int, steps: int) -> float | None:
     """SB3's DQN on the same config: wall time of `learn` when the mean of its last 100
     training episodes first reached `target`, checked every 1000 env steps, or None."""
-    from stable_baselines3 import DQN
     from stable_baselines3.common.callbacks import BaseCallback
 
     class Reached(BaseCallback):
@@ -153,11 +153,8 @@ def sb3_time_to(target: float, seed: int, steps: int) -> float | None:
             return True
 
     torch.set_num_threads(1)
-    model = DQN("MlpPolicy", "CartPole-v1", learning_rate=2.3e-3, batch_size=64,
-                buffer_size=100_000, learning_starts=1000, gamma=0.99, target_update_interval=10,
-                train_freq=256, gradient_steps=128, exploration_fraction=0.16,
-                exploration_final_eps=0.04, policy_kwargs={"net_arch": [256, 256]},
-                device="cpu", seed=seed, verbose=0)
+    algo = job_config(*TIME_TO_JOB)[0].algo
+    model = sb3_model(algo, "CartPole-v1", algo.learning_starts, seed=seed)
     reached = Reached()
     start = time.perf_counter()
     model.learn(steps, callback=reached)

@@ -42,7 +42,6 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 if "--omp-passive" in sys.argv:  # must be set before torch (and its OpenMP runtime) loads
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
@@ -59,6 +58,7 @@ from common import (
     num,
     ratio,
     run_job,
+    sb3_model,
     sweep,
     table,
     verdict,
@@ -66,9 +66,6 @@ from common import (
 from plain_torch import plain_ddpg, plain_dqn
 
 from hetrl.algos.base import Batch
-
-if TYPE_CHECKING:
-    from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 warnings.filterwarnings("ignore", category=UserWarning)
 
@@ -164,30 +161,8 @@ def hetrl_learner(w: Workload, fill: int, *extra: str) -> tuple[Callable, Callab
             repeat(c.learner.update, lambda i: fixed[i % 16], w.updates, autocast), fixed)
 
 
-def sb3_model(w: Workload, learning_starts: int) -> OffPolicyAlgorithm:
-    """The SB3 model with the hyperparameters of hetrl's composed config."""
-    from stable_baselines3 import DDPG, DQN
-    from stable_baselines3.common.noise import NormalActionNoise
-
-    a = job_config(*w.overrides())[0].algo
-    env = gym.make(w.env_id)
-    kwargs = {"learning_rate": a.lr, "buffer_size": a.buffer_size, "batch_size": a.batch_size,
-              "learning_starts": learning_starts, "gamma": a.gamma, "train_freq": a.train_freq,
-              "gradient_steps": a.gradient_steps, "policy_kwargs": {"net_arch": list(a.hidden)},
-              "device": "cpu", "seed": 0, "verbose": 0}
-    if w.algo == "dqn":  # hetrl counts target_update_interval in updates, SB3 in env steps
-        return DQN("MlpPolicy", env, max_grad_norm=a.max_grad_norm,
-                   target_update_interval=a.target_update_interval * a.train_freq,
-                   exploration_fraction=a.exploration_fraction,
-                   exploration_initial_eps=a.exploration_initial_eps,
-                   exploration_final_eps=a.exploration_final_eps, **kwargs)
-    act_dim = env.action_space.shape[0]
-    noise = NormalActionNoise(np.zeros(act_dim), a.noise_std * np.ones(act_dim))
-    return DDPG("MlpPolicy", env, tau=a.tau, action_noise=noise, **kwargs)
-
-
 def sb3_learner(w: Workload, fill: int) -> Callable[[], None]:
-    model = sb3_model(w, learning_starts=fill)
+    model = sb3_model(job_config(*w.overrides())[0].algo, w.env_id, learning_starts=fill)
     model.learn(total_timesteps=fill)  # fills the buffer; no update yet
     assert model._n_updates == 0 and model.replay_buffer.size() == fill
     return lambda: model.train(gradient_steps=w.updates, batch_size=w.batch)
@@ -248,7 +223,7 @@ def loop_figures(metrics: dict[str, float], steps: int) -> dict:
 
 def end_to_end(w: Workload, store: Path, starts: int) -> tuple[dict, dict, list[dict]]:
     """SB3's `learn()`, hetrl's job at 1 thread, and the best candidates as one sweep."""
-    model = sb3_model(w, starts)
+    model = sb3_model(job_config(*w.overrides())[0].algo, w.env_id, starts)
     start = time.perf_counter()
     model.learn(total_timesteps=w.steps)
     wall = time.perf_counter() - start

@@ -19,22 +19,23 @@ def test_dqn_updates_as_sb3s_on_the_same_batches():
 
     torch.manual_seed(0)
     learner = build_job("algo=dqn", "env=cartpole", "tracking=none").learner  # rl-zoo3's
+    n = learner.batch_size
     model = sb3.DQN("MlpPolicy", "CartPole-v1", learning_rate=learner.lr, gamma=learner.gamma,
-                    batch_size=64, max_grad_norm=learner.max_grad_norm, learning_starts=0,
-                    policy_kwargs={"net_arch": [256, 256]}, device="cpu")
+                    batch_size=n, max_grad_norm=learner.max_grad_norm, learning_starts=0,
+                    policy_kwargs={"net_arch": learner.policy_hidden}, device="cpu")
     model.set_logger(configure(None, []))
     for net in (model.q_net.q_net, model.q_net_target.q_net, learner.q_target):
         net.load_state_dict(learner.q.state_dict())
     for _ in range(20):
-        obs, next_obs = torch.randn(64, 4), torch.randn(64, 4)
-        actions, rewards = torch.randint(2, (64,)), torch.ones(64)
-        terminated = (torch.rand(64) < 0.1).float()
+        obs, next_obs = torch.randn(n, 4), torch.randn(n, 4)
+        actions, rewards = torch.randint(2, (n,)), torch.ones(n)
+        terminated = (torch.rand(n) < 0.1).float()
         batch = ReplayBufferSamples(obs, actions.view(-1, 1), next_obs, terminated.view(-1, 1),
                                     rewards.view(-1, 1), None)
         model.replay_buffer.sample = lambda *args, batch=batch, **kwargs: batch
-        model.train(gradient_steps=1, batch_size=64)
+        model.train(gradient_steps=1, batch_size=n)
         learner.update(Batch(obs, actions, rewards, next_obs, terminated,
-                             discounts=torch.full((64,), learner.gamma)))
+                             discounts=torch.full((n,), learner.gamma)))
     for ours, theirs in zip(learner.q.parameters(), model.q_net.q_net.parameters()):
         np.testing.assert_allclose(ours.detach(), theirs.detach(), atol=1e-6)
     assert not torch.equal(learner.q[0].weight, learner.q_target[0].weight)  # it did learn
