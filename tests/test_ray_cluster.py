@@ -27,3 +27,20 @@ def test_actors_spread_over_a_three_node_cluster_and_the_run_learns(tmp_path):
     (nodes,) = metric_history(tmp_path, result["run_id"], "actors/nodes")
     assert nodes[1] == 3
     assert result["return_mean_100"] > 60  # test_actorq's one-node bar (random: about 22)
+
+
+def test_with_no_address_hetrl_starts_its_own_ray_beside_a_running_cluster():
+    """A cluster started on this machine (here by the test beside this one, in another pytest
+    worker) is found by a plain `ray.init()`, which then refuses `num_cpus`: CI saw that."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    from hetrl.actors.ray import init_ray
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        assert init_ray(None, num_cpus=2)
+        assert ray.cluster_resources()["CPU"] == 2  # ours, not the cluster's one CPU
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

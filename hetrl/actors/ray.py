@@ -44,13 +44,14 @@ def ray_node() -> str:
 def init_ray(address: str | None, num_cpus: int) -> bool:
     """Join the cluster at `address`, or start Ray here with `num_cpus` CPUs (address None),
     unless Ray is up in this process already; whether this call started it (then the caller
-    shuts it down)."""
+    shuts it down). Starting is explicit (`address="local"`): a plain `ray.init()` would join
+    any cluster `ray start` left on this machine, and refuse the `num_cpus` given."""
     import ray
 
     if ray.is_initialized():
         return False
-    local = {} if address else {"num_cpus": num_cpus, "include_dashboard": False}
-    ray.init(address=address, log_to_driver=False, **local)
+    own = {} if address else {"num_cpus": num_cpus, "include_dashboard": False}
+    ray.init(address=address or "local", log_to_driver=False, **own)
     return True
 
 
