@@ -117,7 +117,7 @@ def end_to_end(c: Components, steps: int) -> dict[str, float]:
     c.envs.action_space.seed(0)
     training = Training(envs=c.envs, learner=c.learner, replay=c.replay, precision=c.precision,
                         steps=steps, log_every=steps, checkpoint_every=0,
-                        report=lambda step, metrics: None, checkpoint=lambda loop: None)
+                        report=lambda step, metrics, kind: None, checkpoint=lambda loop: None)
     start = time.perf_counter()
     c.scheduler.run(training, state)
     wall = time.perf_counter() - start

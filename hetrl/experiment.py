@@ -24,7 +24,7 @@ from hetrl.options import GROUPS, group_options
 from hetrl.partition.planning import figures_json
 from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
-from hetrl.scheduler.state import LoopState
+from hetrl.scheduler.state import LoopState, Report
 from hetrl.seeding import rng_states, set_rng_states
 from hetrl.tracking.base import REFERENCE_TAG, Tracker
 from hetrl.tracking.plots import device_labels, eps_heatmap, gantt, learning_curve
@@ -196,9 +196,9 @@ def _train(
                               tracker, c)
     progress = TrainingProgress(cfg.steps, state.step, name, counter=lambda: state.step)
 
-    def report(step: int, metrics: dict[str, float]) -> None:
+    def report(step: int, metrics: dict[str, float], kind: Report) -> None:
         tracker.log_metrics(metrics, step)
-        progress.update(step, metrics)
+        progress.update(step, metrics, kind)
 
     evaluate = (Evaluator(c.learner, partial(c.make_envs, n_envs=1), cfg.eval.episodes,
                           cfg.seed) if cfg.eval.every > 0 else None)

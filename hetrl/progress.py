@@ -22,6 +22,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from hetrl.scheduler.state import Report
+
 log = logging.getLogger("hetrl")
 
 REFRESH_PER_SECOND = 2
@@ -95,19 +97,19 @@ class TrainingProgress:
                 handler.addFilter(self._filter)
                 self._handlers.append((handler, previous))
 
-    def update(self, step: int, metrics: Mapping[str, float]) -> None:
+    def update(self, step: int, metrics: Mapping[str, float], kind: Report) -> None:
         """At a log step: the bar's figures, and a line for the log. An evaluation gets a
-        line of its own; other reports (an event such as a PEARL decision) no line."""
-        if "eval/return_mean" in metrics:
+        line of its own; an event (a PEARL decision) none."""
+        if kind is Report.evaluation:
             log.info("%s step %d/%d eval/return_mean %.1f", self.title, step, self.total,
                      metrics["eval/return_mean"], extra={"progress": self.bar is not None})
             return
-        if "sps" not in metrics:
+        if kind is Report.event:
             return
         self.step = step
         ret = metrics.get("return_mean_100")
         ret_text = "-" if ret is None else f"{ret:.1f}"
-        sps = f"{metrics.get('sps', 0.0):.0f}"
+        sps = f"{metrics['sps']:.0f}"
         if self.bar is not None:
             self.bar.update(self.bar.task_id, completed=step, ret=ret_text, sps=sps)
         log.info("%s step %d/%d return_mean_100 %s sps %s", self.title, step, self.total,

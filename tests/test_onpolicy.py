@@ -112,8 +112,8 @@ def test_a_stopped_and_resumed_run_ends_as_the_uninterrupted_one(tmp_path, monke
     stop = threading.Event()
 
     class StopAfter1000(TrainingProgress):
-        def update(self, step, metrics):
-            super().update(step, metrics)
+        def update(self, step, metrics, kind):
+            super().update(step, metrics, kind)
             if step >= 1000:
                 stop.set()  # as SIGTERM would; the loop checkpoints and stops after it
 

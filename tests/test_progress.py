@@ -10,6 +10,7 @@ import time
 from rich.console import Console
 
 from hetrl.progress import TrainingProgress
+from hetrl.scheduler.state import Report
 
 
 class Loop:
@@ -48,7 +49,7 @@ def test_progress_lines_reach_the_log_file_with_the_bar_shown(tmp_path):
     root.setLevel(logging.INFO)
     try:
         progress = TrainingProgress(2_000, 0, "dqn-cartpole", console=console)
-        progress.update(1_000, {"return_mean_100": 21.5, "sps": 900.0})
+        progress.update(1_000, {"return_mean_100": 21.5, "sps": 900.0}, Report.loop)
         progress.close()
     finally:
         root.removeHandler(handler)
@@ -62,7 +63,7 @@ def test_without_a_terminal_the_progress_lines_are_plain_log_lines(caplog):
     out = io.StringIO()
     progress = TrainingProgress(2_000, 0, "job", console=Console(file=out))
     with caplog.at_level(logging.INFO, logger="hetrl"):
-        progress.update(1_000, {"sps": 10.0})
+        progress.update(1_000, {"sps": 10.0}, Report.loop)
     progress.close()
     assert out.getvalue() == "" and "job step 1000/2000 return_mean_100 - sps 10" in caplog.text
 
@@ -70,7 +71,8 @@ def test_without_a_terminal_the_progress_lines_are_plain_log_lines(caplog):
 def test_an_evaluation_gets_its_own_line_and_an_event_none(caplog):
     progress = TrainingProgress(2_000, 0, "job", console=Console(file=io.StringIO()))
     with caplog.at_level(logging.INFO, logger="hetrl"):
-        progress.update(1_000, {"eval/return_mean": 187.25, "eval/return_std": 3.0})
-        progress.update(1_000, {"pearl/decision": 1.0})
+        progress.update(1_000, {"eval/return_mean": 187.25, "eval/return_std": 3.0},
+                        Report.evaluation)
+        progress.update(1_000, {"pearl/decision": 1.0}, Report.event)
     progress.close()
     assert [r.getMessage() for r in caplog.records] == ["job step 1000/2000 eval/return_mean 187.2"]

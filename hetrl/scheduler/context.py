@@ -20,7 +20,7 @@ from hetrl.algos.base import Learner
 from hetrl.faults import Stopped
 from hetrl.precision.base import Precision
 from hetrl.replay.base import Replay
-from hetrl.scheduler.state import LoopState
+from hetrl.scheduler.state import LoopState, Report
 
 
 class NonFiniteLoss(RuntimeError):
@@ -41,7 +41,7 @@ class Training:
     steps: int
     log_every: int
     checkpoint_every: int  # 0: no periodic checkpoints
-    report: Callable[[int, dict[str, float]], None]  # (step, metrics): tracker and progress
+    report: Callable[[int, dict[str, float], Report], None]  # (step, metrics, kind)
     checkpoint: Callable[[LoopState], None]
     stop: threading.Event = field(default_factory=threading.Event)
     actors: Actors | None = None  # where acting happens and in which precision
@@ -96,7 +96,7 @@ def actor_metrics(actors: dict[int, dict[str, float]]) -> dict[str, float]:
 def report_placement(t: Training, step: int, placement: dict[int, str]) -> None:
     """Where an actor pool's actors run (rank -> node): the number of nodes as `actors/nodes`
     and the map as `actors/placement.json`."""
-    t.report(step, {"actors/nodes": float(len(set(placement.values())))})
+    t.report(step, {"actors/nodes": float(len(set(placement.values())))}, Report.event)
     if t.log_text is not None:
         t.log_text(json.dumps({str(rank): node for rank, node in placement.items()}, indent=1),
                    "actors/placement.json")
@@ -139,7 +139,7 @@ class StepBoundary:
             if "return_mean_100" in metrics:
                 state.history.append((state.step, metrics["return_mean_100"]))
                 state.history_s.append(state.elapsed_s)
-            t.report(state.step, metrics)
+            t.report(state.step, metrics, Report.loop)
         if t.evaluate is not None and (_crossed(state.step, n, t.eval_every) or finished):
             start = perf_counter()
             metrics = t.evaluate()
@@ -147,7 +147,7 @@ class StepBoundary:
             state.eval_history.append((state.step, score))
             if state.eval_best is None or score > state.eval_best[1]:
                 state.eval_best = (state.step, score, copy.deepcopy(t.learner.state_dict()))
-            t.report(state.step, metrics)
+            t.report(state.step, metrics, Report.evaluation)
             self._tick += perf_counter() - start  # evaluating is no part of the loop's time
         if checkpoint_due and not finished:
             t.checkpoint(state)

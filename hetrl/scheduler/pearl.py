@@ -45,7 +45,7 @@ from hetrl.scheduler.pearl_runtime import (
     flatten,
     ring_slots,
 )
-from hetrl.scheduler.state import LoopState
+from hetrl.scheduler.state import LoopState, Report
 from hetrl.scheduler.updates import Updates
 
 ACTIONS = {"none": 0, "shrink_actors": 1, "grow_b": 2, "shrink_b": 3, "give_core_back": 4}
@@ -109,10 +109,10 @@ class PearlScheduler:
                             "pearl/learner_threads": float(torch.get_num_threads())})
             return metrics
 
-        def report(step: int, metrics: dict[str, float]) -> None:
-            if "sps" in metrics:  # the loop's figures, not an evaluation's
+        def report(step: int, metrics: dict[str, float], kind: Report) -> None:
+            if kind is Report.loop:
                 metrics = {**metrics, **primitives(), "env_steps_per_s": metrics["sps"]}
-            t.report(step, metrics)
+            t.report(step, metrics, kind)
 
         boundary = StepBoundary(dataclasses.replace(t, report=report), state)
         updates = Updates(learner, replay, t.precision, state)
@@ -277,7 +277,8 @@ class PearlScheduler:
             t.report(state.step, {"pearl/decision": float(ACTIONS[decision.action]),
                                   "pearl/decision_eps_before": eps,
                                   "pearl/actors": float(decision.actors),
-                                  "pearl/learner_threads": float(1 + decision.cpu_trainers)})
+                                  "pearl/learner_threads": float(1 + decision.cpu_trainers)},
+                     Report.event)
         window.update(start=now, updates=state.updates, actor_s=0.0, experiences=0,
                       learner_s=state.phase_s.get("update", 0.0),
                       sync_s=state.phase_s.get("publish", 0.0))

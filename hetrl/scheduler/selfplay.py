@@ -74,7 +74,7 @@ from hetrl.envs.go import GoGame, area_owner
 from hetrl.replay.window import GenerationWindow
 from hetrl.scheduler.context import Stopped, Training, loop_metrics, report_placement
 from hetrl.scheduler.dataparallel import DataParallelTrainers
-from hetrl.scheduler.state import LoopState, PhaseTimer
+from hetrl.scheduler.state import LoopState, PhaseTimer, Report
 from hetrl.scheduler.updates import Updates
 from hetrl.scheduler.workers import stop_workers
 from hetrl.tracking.plots import go_board
@@ -247,7 +247,7 @@ class SelfPlayScheduler:
                 metrics["selfplay/wall_s"] = sp["wall_s"]
                 metrics.update(loop_metrics(state, learner, learner_metrics))
                 sp["metrics"] = metrics
-                t.report(state.step, metrics)
+                t.report(state.step, metrics, Report.loop)
                 log.info("generation %d: %d games, %.1f games/s, %.0f leaf evals/s (batch "
                          "%.1f), black wins %.2f, loss %.3f (value %.3f), train %.1f s%s, "
                          "gating %.2f (%s), vs random %.2f, vs generation 0 %.2f%s", gen + 1,

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from enum import Enum
 from time import perf_counter
 from typing import Any
 
 import numpy as np
+
+
+class Report(Enum):
+    """What a loop reports, so that each listener takes what it shows: the loop's figures at
+    a log step, an evaluation's, or an event's (a PEARL decision, where the actors run)."""
+
+    loop = "loop"
+    evaluation = "evaluation"
+    event = "event"
 
 
 @dataclass
