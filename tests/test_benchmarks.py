@@ -15,8 +15,10 @@ import pytest
 
 BENCHMARKS = sorted(path for path in (Path(__file__).parent.parent / "benchmarks").glob("*.py")
                     if 'if __name__ == "__main__":' in path.read_text())
-EXTRAS = {"vs_sb3.py": "stable_baselines3"}  # what a benchmark needs beyond `.[test]`
-MODES = {"pearl_eps.py": [["--ab", "1"], ["--time-to", "20", "--seeds", "1"]]}  # a benchmark's other modes, smoked as well
+# what a benchmark needs beyond `.[test]`: SB3 for those that run it as their reference
+EXTRAS = {name: "stable_baselines3" for name in ("vs_sb3.py", "pearl_eps.py", "learning_vs_sb3.py")}
+# a benchmark's other modes, smoked as well
+MODES = {"pearl_eps.py": [["--ab", "1"], ["--time-to", "20", "--seeds", "1"]]}
 RUNS = [(path, args) for path in BENCHMARKS for args in [[], *MODES.get(path.name, [])]]
 
 

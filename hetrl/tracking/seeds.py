@@ -13,7 +13,7 @@ precipice", NeurIPS 2021). A run's return is its final deterministic evaluation
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -42,21 +42,29 @@ def intervals(scores: dict[str, np.ndarray]) -> dict[str, tuple[float, float]] |
     """The 95 % stratified-bootstrap interval of `error_of_means` of each runs x 2 matrix,
     by rliable; None where rliable is not installed (`pip install hetrl[stats]`)."""
     try:
-        from rliable import library as rly
+        cis = bootstrap(scores, error_of_means)
     except ImportError:
         log.warning("rliable is not installed (pip install 'hetrl[stats]'): the sweep's seed "
                     "reward error has no interval")
         return None
-    # rliable 1.2 draws its resamples from numpy's global RNG (whatever `random_state` it is
-    # given): seed that, and put it back, so the interval is reproducible and no job's RNG moves
+    return {name: (float(ci[0, 0]), float(ci[1, 0])) for name, ci in cis.items()}
+
+
+def bootstrap(scores: dict[str, Any], func: Callable[..., np.ndarray]) -> dict[str, np.ndarray]:
+    """rliable's 95 % stratified-bootstrap intervals of `func` (a 2 x k array per name),
+    reproducible: rliable 1.2 draws its resamples from numpy's global RNG (whatever
+    `random_state` it is given), so that is seeded here and put back after, and no job's RNG
+    moves. Raises ImportError without rliable."""
+    from rliable import library as rly
+
     saved = np.random.get_state()
     np.random.seed(0)
     try:
-        _, cis = rly.get_interval_estimates(scores, error_of_means, reps=REPS,
+        _, cis = rly.get_interval_estimates(scores, func, reps=REPS,
                                             confidence_interval_size=CONFIDENCE)
     finally:
         np.random.set_state(saved)
-    return {name: (float(ci[0, 0]), float(ci[1, 0])) for name, ci in cis.items()}
+    return cis
 
 
 def seed_reward_errors(children: Sequence[Any], keys: Sequence[str] = ()
