@@ -10,7 +10,9 @@ import pytest
 import torch
 from helpers import build_job, metric_history, mlflow_runs, run_job
 
+from hetrl import checkpoint, experiment
 from hetrl.evaluation import Evaluator
+from hetrl.options import compose_job
 
 OFF_POLICY = ("algo=dqn", "steps=400", "algo.learning_starts=100", "algo.train_freq=4",
               "algo.gradient_steps=1", "algo.hidden=[16,16]", "algo.batch_size=16",
@@ -76,3 +78,15 @@ def test_scoring_the_kept_weights_scores_them_and_leaves_the_learner_as_it_is():
     assert evaluator.best(100, now) != scored  # the weights given are what is scored
     assert all(torch.equal(now[k], v) for k, v in c.learner.state_dict().items())
     evaluator.close()
+
+
+def test_a_resumed_run_keeps_the_policy_it_kept_before_the_stop(tmp_path):
+    job = (*OFF_POLICY, "eval.every=100", "eval.episodes=2", "tracking=none")
+    run_job(tmp_path, *job)  # ends at step 400, its checkpoint in job0
+    saved = checkpoint.load(tmp_path / "job0")
+    *_, weights = saved["loop"].eval_best
+    saved["loop"].eval_best = (100, 1e9, weights)  # a best that no later evaluation beats
+    checkpoint.save(tmp_path / "job0" / checkpoint.FILENAME, saved)
+    cfg, choices = compose_job("tracking=none", f"resume={tmp_path / 'job0'}", "steps=600")
+    resumed = experiment.run(cfg, choices, tmp_path / "resumed")
+    assert resumed["eval/best_step"] == 100
