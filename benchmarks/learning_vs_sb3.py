@@ -3,7 +3,7 @@ config (conf/tuned/dqn_cartpole.yaml) and the zoo's budget of 50k env steps.
 
 Run from the repository root (needs `pip install -e '.[bench]'`):
 
-    python benchmarks/learning_vs_sb3.py --seeds 20   # about 25 min on 2 cores
+    python benchmarks/learning_vs_sb3.py --seeds 20   # about 16 min on 2 cores
     python benchmarks/learning_vs_sb3.py --smoke      # 2 seeds, 3000 steps: a minute
 
 vs_sb3.py measures how fast the two train, and tests/test_sb3_parity.py shows that hetrl's
@@ -21,6 +21,11 @@ with rliable's 95 % stratified-bootstrap interval, and the probability that a he
 higher than an SB3 run (rliable's probability of improvement; 0.5: no difference) with its
 interval. rl-zoo3 publishes 500.0 +- 0.0 for this config (one trained agent, benchmark.md);
 DQN-CartPole does not stay converged (rl-baselines3-zoo#472), so final evaluations spread.
+
+Measured with 20 seeds on 2 cores: no difference resolved. P(hetrl > SB3) is 0.43 [0.27, 0.59]
+on the final evaluation (means 332.9 and 393.4) and 0.40 [0.22, 0.59] on the AUC (247.6 and
+257.9); every run of both reaches 500 at some evaluation; the training returns at 50k are 219.2
+and 223.4.
 """
 
 from __future__ import annotations
