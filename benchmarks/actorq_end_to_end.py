@@ -27,8 +27,9 @@ the bottleneck, as in the paper (GPU learner), or here under CPU contention.
 
 A task whose fp32 run does not learn in its budget gets no speedup: where its first logged
 return is already 95 % of its last, the times to 95 % time nothing. Measured on 2 cores (load
-about 1.1, seed 0, 2 actors, 20k steps): DQN-CartPole int8 1.14x (t95 81 s against 93 s), fp16
-never reached 95 %; D4PG on cartpole-balance did not learn (return_mean_100 177 of 1000).
+about 1.1, 2 actors, 20k steps, `--seed 0|1|2`): DQN-CartPole int8 1.14x, never, 1.19x; fp16
+never, 1.06x, 1.15x (never: its return stayed below 95 % of fp32's); D4PG on cartpole-balance
+did not learn (seed 0: return_mean_100 177 of 1000).
 """
 
 from __future__ import annotations
