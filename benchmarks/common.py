@@ -158,6 +158,13 @@ def sb3_model(algo: DictConfig, env_id: str, learning_starts: int,
     return DDPG("MlpPolicy", env, tau=algo.tau, action_noise=noise, **kwargs)
 
 
+def sb3_return_mean_100(model: OffPolicyAlgorithm) -> float | None:
+    """The mean return of SB3's last 100 training episodes (its Monitor's, hetrl's
+    `return_mean_100`), or None before the first episode ended."""
+    episodes = [e["r"] for e in model.ep_info_buffer]
+    return float(sum(episodes) / len(episodes)) if episodes else None
+
+
 # ---- timing ------------------------------------------------------------------------------
 
 

@@ -39,7 +39,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 from rliable import metrics
-from common import host_line, job_config, metric_history, run_job, sb3_model, table
+from common import (host_line, job_config, metric_history, run_job, sb3_model,
+                    sb3_return_mean_100, table)
 
 from hetrl.evaluation import EVAL_SEED_OFFSET
 from hetrl.tracking.seeds import bootstrap
@@ -87,9 +88,8 @@ def sb3_curves(seed: int, steps: int, every: int, episodes: int) -> Curves:
             step = self.num_timesteps
             if step % every == 0 or step == steps:
                 curves["eval"].append((step, sb3_evaluation(self.model, seed, episodes)))
-                if self.model.ep_info_buffer:
-                    train = np.mean([e["r"] for e in self.model.ep_info_buffer])
-                    curves["train"].append((step, float(train)))
+                if (train := sb3_return_mean_100(self.model)) is not None:
+                    curves["train"].append((step, train))
             return True
 
     model.learn(steps, callback=Record())

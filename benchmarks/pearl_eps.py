@@ -36,7 +36,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from common import host_line, job_config, metric_history, num, ratio, run_job, sb3_model, table
+from common import (host_line, job_config, metric_history, num, ratio, run_job, sb3_model,
+                    sb3_return_mean_100, table)
 from plain_torch import plain_ddpg, plain_dqn
 
 from hetrl.algos.base import Batch
@@ -146,8 +147,10 @@ def sb3_time_to(target: float, seed: int, steps: int) -> float | None:
         seconds: float | None = None
 
         def _on_step(self) -> bool:
-            episodes = [e["r"] for e in self.model.ep_info_buffer]
-            if self.num_timesteps % 1000 == 0 and episodes and np.mean(episodes) >= target:
+            if self.num_timesteps % 1000:  # the check every 1000 steps, nothing between
+                return True
+            mean = sb3_return_mean_100(self.model)
+            if mean is not None and mean >= target:
                 self.seconds = time.perf_counter() - start
                 return False
             return True
