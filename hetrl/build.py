@@ -27,10 +27,11 @@ from hetrl.algos.base import Learner
 from hetrl.config.errors import ConfigError, unwrapped
 from hetrl.partition.planning import StepPlan, plan_measured_step, plan_step
 from hetrl.partition.costs import Plan
-from hetrl.platform.host import HostPlatform, cpu_name, cpu_native
+from hetrl.platform.host import HostPlatform, cpu_name
 from hetrl.platform.measure import compare_updates
 from hetrl.platform.model import ModeledPlatform
 from hetrl.precision.base import Precision
+from hetrl.precision.native import emulates
 from hetrl.replay.base import Replay
 from hetrl.seeding import seed_everything
 
@@ -185,13 +186,14 @@ def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan, a
     if slowdown > 1.0:
         (dtype,) = _host_dtypes(precision)
         where = cpu_name() if device.type == "cpu" else torch.cuda.get_device_name(device)
-        emulated = device.type == "cpu" and cpu_native(dtype) is False
+        emulated = emulates(device.type, getattr(torch, dtype))
         log.warning(
             "%s computes an update of %s %.1fx slower than float32 on this host (measured "
             "%.1f ms vs %.1f ms; %s)%s: precision=fp32, or precision=mixed (float32 wherever "
             "it is faster), trains faster", dtype, type(learner).__name__, slowdown,
             1e3 * step_plan.update_s["precision"], 1e3 * step_plan.update_s["float32"], where,
-            f": the CPU has no {dtype} instructions and emulates it" if emulated else "")
+            f": the CPU has no {dtype} instructions, so its numerics are emulated by rounding "
+            "in float32" if emulated else "")
     return applied
 
 

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+import torch
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
@@ -23,6 +24,15 @@ from hetrl.config.store import register
 from hetrl.options import compose_job
 
 register()
+
+
+def computed_dtype(t: torch.Tensor) -> torch.dtype:
+    """The narrowest dtype whose grid holds every value of `t`: what a layer computed in,
+    whether autocast returned that dtype or rounding emulated it in float32."""
+    for dtype in (torch.bfloat16, torch.float16):
+        if torch.equal(t.float(), t.to(dtype).float()):
+            return dtype
+    return torch.float32
 
 
 def build_job(*overrides: str, plan: bool = False) -> Components:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import build_job, mlflow_runs, run_job
+from helpers import build_job, computed_dtype, mlflow_runs, run_job
 
 from hetrl.config.errors import ConfigError
 from hetrl.partition.graph import Kind, Pass
@@ -109,8 +109,9 @@ def test_mixed_runs_each_layer_in_the_dtype_of_its_device():
     for node, _ in layers:
         module = getattr(learner, node.network).get_submodule(node.layer)
         module.register_forward_hook(
-            lambda m, a, out, key=(node.network, node.layer): seen.__setitem__(key, out.dtype))
-    obs = torch.zeros(4, 3)
+            lambda m, a, out, key=(node.network, node.layer):
+            seen.__setitem__(key, computed_dtype(out)))
+    obs = torch.randn(4, 3)
     learner.critic(obs, learner.actor(obs))
     learner.critic_target(obs, learner.actor_target(obs))
     assert {(n.network, n.layer): expected[d] for n, d in layers} == seen

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import gymnasium as gym
 import pytest
 import torch
-from helpers import run_job
+from helpers import computed_dtype, run_job
 from torch import nn
 
 from hetrl.algos.dqn import DQN
+from hetrl.precision import native as precision_native
 from hetrl.precision.layers import compute_layers_in, round_to_bfloat16
+from hetrl.precision.native import RoundedCompute
 from hetrl.precision.scaling import LossScaling
 
 
@@ -24,17 +28,63 @@ def test_formats_behave_as_ieee_and_bfloat16_say():
 
 
 def test_each_layer_computes_in_its_dtype_and_gradients_stay_fp32():
+    torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
     seen: dict[str, torch.dtype] = {}
     for name, layer in net.named_modules():
         if name in ("0", "2", "4"):
-            layer.register_forward_hook(lambda m, a, out, n=name: seen.__setitem__(n, out.dtype))
-    compute_layers_in(net, {"0": torch.float32, "2": torch.float16, "4": torch.bfloat16})
+            layer.register_forward_hook(
+                lambda m, a, out, n=name: seen.__setitem__(n, computed_dtype(out)))
+    dtypes = {"0": torch.float32, "2": torch.float16, "4": torch.bfloat16}
+    compute_layers_in(net, dtypes)
     out = net(torch.randn(5, 4))
-    assert seen == {"0": torch.float32, "2": torch.float16, "4": torch.bfloat16}
+    assert seen == dtypes
     assert out.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
     out.sum().backward()
     assert all(p.grad.dtype == torch.float32 for p in net.parameters())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_rounded_compute_is_autocasts_numerics(dtype: torch.dtype):
+    """The emulation a CPU without `dtype` instructions runs: results and the gradients
+    leaving each rounded operand on the dtype's grid, and equal to autocast's to within
+    fp32 accumulation order."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(2, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 8),
+                        nn.Tanh(), nn.Linear(8, 3))
+    x = torch.randn(16, 2, 8, 8)
+
+    def run(context) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        net.zero_grad()
+        with context:
+            out = net(x)
+        out.float().square().sum().backward()
+        return out.float(), [p.grad.clone() for p in net.parameters()]
+
+    out, grads = run(RoundedCompute(dtype))
+    reference, reference_grads = run(torch.autocast("cpu", dtype=dtype))
+    exact, _ = run(contextlib.nullcontext())
+    assert all(computed_dtype(t) == dtype for t in (out, *grads))
+    assert not torch.equal(out, exact)
+    ulp = 2.0 ** -(10 if dtype == torch.float16 else 7)
+    for ours, theirs in zip([out, *grads], [reference, *reference_grads]):
+        assert (ours - theirs).abs().max() <= 2 * ulp * theirs.abs().max()
+
+
+def test_rounded_fp16_overflows_to_inf_as_fp16_does():
+    with RoundedCompute(torch.float16):
+        out = nn.functional.linear(torch.full((1, 4), 200.0), torch.full((1, 4), 100.0))
+    assert torch.isinf(out).all()
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")
+@pytest.mark.parametrize("native", [True, False, None])
+def test_a_cpu_without_the_dtypes_instructions_computes_it_by_rounding(monkeypatch, native):
+    monkeypatch.setattr(precision_native, "cpu_native", lambda dtype: native)
+    for dtype in (torch.float16, torch.bfloat16):
+        context = precision_native.compute_in("cpu", dtype)
+        assert isinstance(context, RoundedCompute if native is False else torch.autocast)
+        assert isinstance(precision_native.compute_in("cuda", dtype), torch.autocast)
 
 
 def test_bfloat16_rounding_keeps_weights_on_the_bfloat16_grid():

@@ -17,6 +17,7 @@ from hetrl.config.errors import require
 from hetrl.partition.costs import CostTable
 from hetrl.partition.graph import Kind, Pass, TaskGraph
 from hetrl.platform.measure import measure_step
+from hetrl.precision.native import CPU_NATIVE_FLAGS, cpu_native
 
 
 def resolve_device(device: str) -> torch.device:
@@ -94,19 +95,6 @@ def runs_dtypes(device: str) -> tuple[str, ...]:
     if device == "cuda" and not torch.cuda.is_bf16_supported():
         return ("float32", "float16")
     return ("float32", "bfloat16", "float16")
-
-
-CPU_NATIVE_FLAGS = {"bfloat16": ("avx512_bf16", "amx_bf16"), "float16": ("avx512_fp16", "amx_fp16")}
-"""The /proc/cpuinfo flags of x86 instructions that compute in each 16-bit dtype."""
-
-
-def cpu_native(dtype: str) -> bool | None:
-    """Whether this CPU has instructions for `dtype` (None: cannot tell, not Linux x86)."""
-    try:
-        flags = set(open("/proc/cpuinfo").read().split())
-    except OSError:
-        return None
-    return any(flag in flags for flag in CPU_NATIVE_FLAGS.get(dtype, ()))
 
 
 def cpu_name() -> str:

@@ -26,6 +26,7 @@ import torch
 
 from hetrl.algos.base import Batch, Learner
 from hetrl.partition.graph import Kind, Pass, TaskGraph
+from hetrl.precision.native import compute_in
 from hetrl.replay.rollout import RolloutBatch
 from hetrl.seeding import rng_states, set_rng_states
 
@@ -44,12 +45,12 @@ def measure_step(learner: Learner, graph: TaskGraph, obs_space: gym.Space, act_s
                  dtype: str = "float32") -> np.ndarray:
     """Seconds of each node of `graph` on `device`: the median over the `repeats` updates of
     a copy of `learner` that ran it (TD3's delayed actor runs every other update), the update
-    under autocast to `dtype` unless it is float32 (so each layer pass is timed in that dtype;
-    weights and optimizer stay float32); the learner itself, its weights and every RNG stay
-    as they were."""
+    computing in `dtype` as a run would (`compute_in`), so that each layer pass is timed in that
+    dtype (weights and optimizer stay float32); the learner itself, its weights and every RNG
+    stay as they were."""
     saved = rng_states()
     autocast = (contextlib.nullcontext() if dtype == "float32"
-                else torch.autocast(device.type, dtype=getattr(torch, dtype)))
+                else compute_in(device.type, getattr(torch, dtype)))
     probe = copy.deepcopy(learner).to(device)
     probe.device = device
     batch = random_batch(probe, obs_space, act_space, probe.batch_size, device)

@@ -1,18 +1,22 @@
 """Per-layer numerics: each layer of a network computes in its own dtype.
 
-A layer assigned float16 or bfloat16 runs under autocast to that dtype, so its matmuls use
-16-bit inputs and weights while the fp32 parameters stay the master copy that the optimizer
-updates (AP-DRL's PL nodes: FP16 compute, FP32 master weights). Float32 layers cast what they
+A layer assigned float16 or bfloat16 computes in that dtype (`hetrl.precision.native`: under
+autocast, or rounded where the device would only emulate the dtype), so its matmuls use 16-bit
+inputs and weights while the fp32 parameters stay the master copy that the optimizer updates
+(AP-DRL's PL nodes: FP16 compute, FP32 master weights). Float32 layers cast what they
 receive back to float32: that is the conversion at a device boundary. The network's output
 is float32, so losses are computed in full precision.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Iterable, Mapping
 
 import torch
 from torch import nn
+
+from hetrl.precision.native import compute_in
 
 
 def compute_layers_in(network: nn.Module, dtypes: Mapping[str, torch.dtype]) -> None:
@@ -27,9 +31,9 @@ def compute_layers_in(network: nn.Module, dtypes: Mapping[str, torch.dtype]) -> 
         if dtype == torch.float32:
             layer.register_forward_pre_hook(_cast_inputs_to_float32)
         else:
-            autocast = LayerAutocast(device_type, dtype)
-            layer.register_forward_pre_hook(autocast.enter)
-            layer.register_forward_hook(autocast.leave)
+            compute = LayerCompute(device_type, dtype)
+            layer.register_forward_pre_hook(compute.enter)
+            layer.register_forward_hook(compute.leave)
     network.register_forward_hook(_output_to_float32)
 
 
@@ -45,16 +49,16 @@ def _output_to_float32(module: nn.Module, args: tuple,
     return output.float()
 
 
-class LayerAutocast:
-    """One layer's autocast to `dtype`: entered by its forward pre-hook, left by its forward
-    hook. Pickles as its device type and dtype (a live autocast context does not)."""
+class LayerCompute:
+    """One layer's context computing in `dtype`: entered by its forward pre-hook, left by its
+    forward hook. Pickles as its device type and dtype (a live context does not)."""
 
     def __init__(self, device_type: str, dtype: torch.dtype) -> None:
         self.device_type, self.dtype = device_type, dtype
-        self.context: torch.autocast | None = None
+        self.context: AbstractContextManager | None = None
 
     def enter(self, module: nn.Module, args: tuple) -> None:
-        self.context = torch.autocast(self.device_type, dtype=self.dtype)
+        self.context = compute_in(self.device_type, self.dtype)
         self.context.__enter__()
 
     def leave(self, module: nn.Module, args: tuple, output: torch.Tensor) -> None:

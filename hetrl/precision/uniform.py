@@ -1,4 +1,5 @@
-"""One dtype for the whole learner update: fp32, bf16 or fp16 (autocast, fp32 weights)."""
+"""One dtype for the whole learner update: fp32, bf16 or fp16 (fp32 weights; autocast, or
+rounding where the device would emulate the dtype: `hetrl.precision.native`)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from hetrl.algos.base import Learner
 from hetrl.config.enums import DType
 from hetrl.partition.costs import Plan
 from hetrl.partition.graph import Node, TaskGraph
+from hetrl.precision.native import compute_in
 from hetrl.precision.scaling import LossScaling
 
 
 class UniformPrecision:
-    """fp32; bf16 autocast; or fp16 autocast with dynamic loss scaling, where an overflowing
-    step is skipped (and counted) and the scale backs off."""
+    """fp32; bf16; or fp16 with dynamic loss scaling, where an overflowing step is skipped
+    (and counted) and the scale backs off."""
 
     def __init__(self, dtype: str, loss_scaling: LossScaling | None = None) -> None:
         self.dtype_name = DType(dtype).value
@@ -42,4 +44,4 @@ class UniformPrecision:
         """The context the learner's update runs in."""
         if self.dtype == torch.float32:
             return contextlib.nullcontext()
-        return torch.autocast(device.type, dtype=self.dtype)
+        return compute_in(device.type, self.dtype)
