@@ -4,8 +4,9 @@ device has instructions for the dtype, else emulated by rounding.
 A CPU without instructions for a dtype emulates it under autocast too, but slowly: on this
 project's AVX-512 host (bf16 instructions, no fp16 ones) an fp16-autocast DDPG [400,300] update
 takes ~10x an fp32 one (`../shared/STACK.md`, issue 15). `RoundedCompute` computes the same
-numbers at about fp32 speed: each matmul and convolution takes its operands rounded to the
-dtype, computes in float32 (16-bit hardware accumulates in fp32 too) and rounds its result.
+numbers several times faster (that update: 1.3x fp32's time, `benchmarks/precision_speed.py`):
+each matmul and convolution takes its operands rounded to the dtype, computes in float32
+(16-bit hardware accumulates in fp32 too) and rounds its result.
 The casts' gradients round the backward pass alike, as autocast's do: the gradient reaching a
 rounded output, and each gradient leaving a rounded operand, lies on the dtype's grid, and an
 fp16 overflow is an inf that loss scaling sees. Only the rounding of element-wise ops (ReLU,
@@ -56,7 +57,7 @@ def compute_in(device_type: str, dtype: torch.dtype) -> AbstractContextManager:
 
 
 class RoundedCompute(TorchFunctionMode):
-    """`dtype`'s numerics at float32 speed (see the module docstring)."""
+    """`dtype`'s numerics computed in float32 (see the module docstring)."""
 
     def __init__(self, dtype: torch.dtype) -> None:
         super().__init__()
