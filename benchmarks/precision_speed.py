@@ -45,7 +45,8 @@ from common import build_job, host_line, ratio, table, verdict
 
 from hetrl.platform.host import cpu_name
 from hetrl.platform.measure import compare_updates
-from hetrl.precision.native import emulates
+from hetrl.build import Components
+from hetrl.precision.native import RoundedCompute, emulates
 
 WORKLOADS = {  # name: (overrides, goal of mixed on the host vs fp32 where bf16 is native)
     "DDPG Pendulum [400,300] b256": (["algo=ddpg", "env=pendulum"], 1.5),
@@ -63,23 +64,27 @@ class Contenders:
     def __init__(self, overrides: list[str]) -> None:
         self.overrides = overrides
         self.learners, self.contexts, self.computes = {}, {}, {}
-        self.spaces: dict[str, gym.Space] = {}
-        self.add("fp32", "precision=fp32", computes="float32")
+        fp32 = self.add("fp32", "precision=fp32")
+        self.spaces: dict[str, gym.Space] = fp32.spaces
         for name, dtype in AUTOCAST.items():
-            self.add(name, f"precision={name}",
-                     computes="rounded" if emulates("cpu", dtype) else "autocast")
-            self.add(f"{name} under plain autocast", "precision=fp32", computes="autocast",
-                     context=torch.autocast("cpu", dtype=dtype))
+            self.add(name, f"precision={name}")
+            plain = f"{name} under plain autocast"  # the fp32 learner, under torch's autocast
+            self.learners[plain] = copy.deepcopy(fp32.learner)
+            self.contexts[plain] = torch.autocast("cpu", dtype=dtype)
+            self.computes[plain] = "autocast"
         self.add("mixed, host plan", "precision=mixed", computes="per layer (measured)")
         self.add("mixed, Versal plan", "platform=versal", "precision=mixed",
                  computes="per layer (PL fp16, AIE bf16)")
 
-    def add(self, name: str, *job: str, computes: str, context=None) -> None:
+    def add(self, name: str, *job: str, computes: str | None = None) -> Components:
+        """A learner built in the precision `job` names, updating in that precision's context
+        (what it computes in: as given, else read off that context)."""
         c = build_job(*self.overrides, *job, "device=cpu", plan="precision=mixed" in job)
         self.learners[name] = copy.deepcopy(c.learner)
-        self.contexts[name] = context or c.precision.autocast(torch.device("cpu"))
-        self.computes[name] = computes
-        self.spaces = c.spaces
+        self.contexts[name] = c.precision.autocast(torch.device("cpu"))
+        self.computes[name] = computes or {RoundedCompute: "rounded", torch.autocast: "autocast"
+                                           }.get(type(self.contexts[name]), "float32")
+        return c
 
 
 def main() -> None:

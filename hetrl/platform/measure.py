@@ -49,8 +49,8 @@ def measure_step(learner: Learner, graph: TaskGraph, obs_space: gym.Space, act_s
     dtype (weights and optimizer stay float32); the learner itself, its weights and every RNG
     stay as they were."""
     saved = rng_states()
-    autocast = (contextlib.nullcontext() if dtype == "float32"
-                else compute_in(device.type, getattr(torch, dtype)))
+    context = (contextlib.nullcontext() if dtype == "float32"
+               else compute_in(device.type, getattr(torch, dtype)))
     probe = copy.deepcopy(learner).to(device)
     probe.device = device
     batch = random_batch(probe, obs_space, act_space, probe.batch_size, device)
@@ -60,7 +60,7 @@ def measure_step(learner: Learner, graph: TaskGraph, obs_space: gym.Space, act_s
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
             for i in range(warmup + repeats):
                 hooks.start()
-                with autocast:
+                with context:
                     probe.update(batch)
                 if i >= warmup:
                     samples.append(hooks.node_seconds())
