@@ -70,7 +70,7 @@ class Contenders:
             self.add(name, f"precision={name}")
             plain = f"{name} under plain autocast"  # the fp32 learner, under torch's autocast
             self.learners[plain] = copy.deepcopy(fp32.learner)
-            self.contexts[plain] = torch.autocast("cpu", dtype=dtype)
+            self.contexts[plain] = torch.autocast("cpu", dtype=dtype, cache_enabled=False)
             self.computes[plain] = "autocast"
         self.add("mixed, host plan", "precision=mixed", computes="per layer (measured)")
         self.add("mixed, Versal plan", "platform=versal", "precision=mixed",

@@ -17,11 +17,12 @@ libraries: DQN CartPole-v1 (batch 64, hidden [256, 256], train_freq 4) and DDPG 
    filled its buffer; "limit": a plain-PyTorch update of the same networks on fixed batches
    (DQN: target net, Huber loss, grad-norm clip 10, Adam; DDPG: critic MSE, actor loss, Polyak
    averaging), the faster of default and fused Adam. At 1 thread (SB3's setting), and hetrl's
-   best setting (2 threads; bf16 autocast for DDPG) against plain PyTorch at that setting.
+   best setting (2 threads; bf16 autocast for DDPG where the CPU has bf16 instructions)
+   against plain PyTorch at that setting.
 2. End to end: SB3's timed `model.learn()` against the loop's own `sps` metric of one hetrl
    job run as `python -m hetrl` runs it (1 thread); then the "best" candidates (2 threads,
-   bf16 for DDPG, `env.n_envs` > 1: train_freq counts env steps across envs) as one Hydra
-   multirun, `python -m hetrl -m`, tracked to a throwaway MLflow store their `sps` is read
+   bf16 for DDPG as above, `env.n_envs` > 1: train_freq counts env steps across envs) as one
+   Hydra multirun, `python -m hetrl -m`, tracked to a throwaway MLflow store their `sps` is read
    back from. The fastest is "best".
 
 Host checks (a matmul at 1 and 2 threads) flag a busy second core, which makes 2-thread runs
@@ -66,8 +67,15 @@ from common import (
 from plain_torch import plain_ddpg, plain_dqn
 
 from hetrl.algos.base import Batch
+from hetrl.precision.native import emulates
 
 warnings.filterwarnings("ignore", category=UserWarning)
+
+
+def best_in_bf16(algo: str) -> bool:
+    """Whether `algo`'s best setting computes in bf16: DDPG's large matmuls, on a CPU with
+    bf16 instructions (one without them runs bf16 slower than fp32)."""
+    return algo == "ddpg" and not emulates("cpu", torch.bfloat16)
 
 
 @dataclass(frozen=True)
@@ -114,7 +122,7 @@ def workloads(mode: Mode, only: str) -> list[Workload]:
                 f"steps={mode.steps[i]}", f"log_every={mode.steps[i]}", "platform.threads=1",
                 "seed=0", *mode.extra]
         best = ["platform.threads=1,2" if mode.threads == 2 else "platform.threads=1",
-                *["precision=bf16"] * (algo == "ddpg"), f"env.n_envs={mode.n_envs[i]}"]
+                *["precision=bf16"] * best_in_bf16(algo), f"env.n_envs={mode.n_envs[i]}"]
         chosen.append(Workload(
             f"{algo.upper()} {env_id}", algo, env_id, batch, mode.updates[i], mode.steps[i],
             lambda *extra, base=base: list({o.split("=")[0]: o for o in (*base, *extra)}.values()),
@@ -142,10 +150,11 @@ def random_transitions(env_id: str, n: int) -> tuple[np.ndarray, ...]:
 
 def repeat(step: Callable[[Batch], object], batches: Callable[[int], Batch], n: int,
            autocast: Callable[[], contextlib.AbstractContextManager]) -> Callable[[], None]:
-    """A timed call: `n` steps on `batches(i)`, under a fresh autocast context."""
+    """A timed call: `n` steps on `batches(i)`, each under a fresh autocast context (as
+    hetrl's loop runs them)."""
     def call() -> None:
-        with autocast():
-            for i in range(n):
+        for i in range(n):
+            with autocast():
                 step(batches(i))
     return call
 
@@ -176,7 +185,8 @@ def plain(w: Workload, fixed: list[Batch], fused: bool, bf16: bool) -> Callable[
     else:
         scale = float(env.action_space.high[0] - env.action_space.low[0]) / 2
         step = plain_ddpg(obs, env.action_space.shape[0], hidden, fused, scale)
-    autocast = ((lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16
+    # no cast cache, as hetrl's (`hetrl.precision.native.compute_in` says why)
+    autocast = ((lambda: torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False)) if bf16
                 else contextlib.nullcontext)
     return repeat(step, lambda i: fixed[i % 16], w.updates, autocast)
 
@@ -196,12 +206,12 @@ def learner_rates(w: Workload, mode: Mode) -> dict[str, float]:
     torch.manual_seed(0)
     np.random.seed(0)
     hetrl, hetrl_update, fixed = hetrl_learner(w, mode.fill)
-    best, best_update, _ = hetrl_learner(w, mode.fill, *["precision=bf16"] * (w.algo == "ddpg"))
+    best, best_update, _ = hetrl_learner(w, mode.fill, *["precision=bf16"] * best_in_bf16(w.algo))
     calls = {"hetrl": hetrl, "hetrl_update_only": hetrl_update, "sb3": sb3_learner(w, mode.fill),
              "plain_default": plain(w, fixed, fused=False, bf16=False),
              "plain_fused": plain(w, fixed, fused=True, bf16=False), "hetrl_best": best,
              "hetrl_best_update_only": best_update,
-             "plain_best": plain(w, fixed, fused=True, bf16=w.algo == "ddpg")}
+             "plain_best": plain(w, fixed, fused=True, bf16=best_in_bf16(w.algo))}
     threads = {key: mode.threads if is_best else 1 for key, _, is_best, _ in LEARNERS}
     seconds = median_seconds({k: (fn, threads[k]) for k, fn in calls.items()}, mode.repeats,
                              mode.min_run_time)
@@ -258,7 +268,7 @@ def report(results: list, mode: Mode, checks: list[str], total: float) -> None:
            "vs SB3 (env steps/s)"], rows, "### End to end (env steps/s of the training loop)")
 
     table(["workload", "contender", "threads", "updates/s", "ms/update", "vs SB3", "of limit"],
-          [(w.name, label + " (bf16)" * (is_best and w.algo == "ddpg"),
+          [(w.name, label + " (bf16)" * (is_best and best_in_bf16(w.algo)),
             mode.threads if is_best else 1, num(lr[key]), f"{1000 / lr[key]:.2f}",
             ratio(lr[key], lr["sb3"]), f"{100 * lr[key] / lr[limit]:.0f}%")
            for w, lr, *_ in results for key, label, is_best, limit in LEARNERS],

@@ -87,6 +87,19 @@ def test_a_cpu_without_the_dtypes_instructions_computes_it_by_rounding(monkeypat
         assert isinstance(precision_native.compute_in("cuda", dtype), torch.autocast)
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_a_weight_stepped_inside_the_context_is_read_as_it_is_now(monkeypatch, native):
+    # an update steps its optimizers inside the context: autocast's cast cache would go stale
+    monkeypatch.setattr(precision_native, "cpu_native", lambda dtype: native)
+    layer, x = nn.Linear(8, 8), torch.randn(4, 8)
+    with precision_native.compute_in("cpu", torch.bfloat16):
+        before = layer(x)
+        with torch.no_grad():
+            layer.weight.add_(1.0)
+        after = layer(x)
+    assert torch.allclose((after - before).float(), x.sum(dim=1, keepdim=True).expand(4, 8), atol=0.1)
+
+
 def test_bfloat16_rounding_keeps_weights_on_the_bfloat16_grid():
     weights = torch.randn(100)
     round_to_bfloat16([weights])

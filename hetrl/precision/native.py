@@ -50,10 +50,15 @@ def emulates(device_type: str, dtype: torch.dtype) -> bool:
 def compute_in(device_type: str, dtype: torch.dtype) -> AbstractContextManager:
     """The context in which matmuls and convolutions compute in `dtype` (weights stay float32):
     autocast where the device has instructions for it, `RoundedCompute` where it would only
-    emulate them."""
+    emulate them.
+
+    Autocast's cache of weight casts is off: it keys a cast on the weight's storage, not its
+    version, so a weight stepped inside the context would be read as it was before the step.
+    Torch asks for autocast around forward passes only; an update steps its optimizers inside
+    it (DDPG's, TD3's and D4PG's actor loss reads the critic stepped just before)."""
     if emulates(device_type, dtype):
         return RoundedCompute(dtype)
-    return torch.autocast(device_type, dtype=dtype)
+    return torch.autocast(device_type, dtype=dtype, cache_enabled=False)
 
 
 class RoundedCompute(TorchFunctionMode):
