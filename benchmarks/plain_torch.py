@@ -55,7 +55,9 @@ def plain_ddpg(obs: int, act: int, hidden: list[int], fused: bool,
         critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         critic_opt.step()
+        critic.requires_grad_(False)  # no critic weight gradients from the actor loss
         actor_loss = -critic(torch.cat([b.obs, actor(b.obs) * scale], 1)).mean()
+        critic.requires_grad_(True)
         actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
         actor_opt.step()

@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from helpers import build_job, mlflow_runs, run_job
+from helpers import build_job, computed_dtype, mlflow_runs, run_job
 from test_planning import strict_json
 
 from hetrl.partition.graph import Kind, Pass
@@ -138,13 +138,14 @@ def test_the_mixed_plan_applies_its_measured_dtypes_per_layer():
     seen = {}
     for name in ("actor", "critic"):
         layer = getattr(learner, name).net[0]
-        layer.register_forward_hook(lambda m, a, out, name=name: seen.__setitem__(name, out.dtype))
-    obs = torch.zeros(4, 3)
+        layer.register_forward_hook(
+            lambda m, a, out, name=name: seen.__setitem__(name, computed_dtype(out)))
+    obs = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
     out = learner.critic(obs, learner.actor(obs))
     assert seen == {"actor": torch.float32, "critic": torch.bfloat16}
     assert out.dtype == torch.float32 and learner.scaler is None  # no float16: no loss scaling
     assert torch.equal(twin.critic(obs, twin.actor(obs)), out)
-    assert twin.critic.net[0](torch.zeros(4, 4)).dtype == torch.bfloat16
+    assert computed_dtype(twin.critic.net[0](torch.zeros(4, 4))) == torch.bfloat16
 
 
 def test_a_mixed_plan_slower_than_float32_falls_back_to_float32(monkeypatch):

@@ -83,7 +83,7 @@ class D4PG(DDPG):
         critic_loss = weighted_mean(cross_entropy, batch.weights)
         self.optimize(self.critic_optimizer, critic_loss)
 
-        actor_loss = -self.q_value(self.critic(batch.obs, self.actor(batch.obs))).mean()
+        actor_loss = self.actor_loss(batch.obs)
         self.optimize(self.actor_optimizer, actor_loss)
 
         polyak_update(self.critic_target, self.critic, self.tau)

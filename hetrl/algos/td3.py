@@ -54,7 +54,7 @@ class TD3(DDPG):
 
         self.updates += 1
         if self.updates % self.policy_delay == 0:
-            actor_loss = -self.critic(batch.obs, self.actor(batch.obs)).mean()
+            actor_loss = self.actor_loss(batch.obs)
             self.optimize(self.actor_optimizer, actor_loss)
             self.last_actor_loss = actor_loss.detach()
 

@@ -176,11 +176,12 @@ class StepGraph:
         return i
 
     def backward(self, fwd: Forward, upstream: int | tuple[int, ...], *,
-                 input_grad: bool = False) -> int:
+                 input_grad: bool = False, weight_grads: bool = True) -> int:
         """Backward through `fwd`, fed the gradient of its output by node `upstream` (or by
         each of several nodes: an output that several parts read); returns the last backward
         node. `input_grad` asks for the gradient of the network's input (to go on into the
-        network that produced it)."""
+        network that produced it); `weight_grads=False` computes only that (a frozen network
+        passing the gradient through)."""
         weight_positions = [j for j, layer in enumerate(fwd.layers) if layer.kind is Kind.matmul]
         first = 0 if input_grad else weight_positions[0]
         grads = (upstream,) if isinstance(upstream, int) else tuple(upstream)
@@ -189,7 +190,8 @@ class StepGraph:
             layer, computes_input_grad = fwd.layers[j], input_grad or j > first
             i = self._node(f"{fwd.network}/{layer.path}.backward{fwd.suffix}", fwd.network,
                            layer.path, Pass.backward, layer.kind,
-                           self.batch_size * layer.backward_flops(computes_input_grad),
+                           self.batch_size * layer.backward_flops(computes_input_grad,
+                                                                  weight_grads),
                            self._bytes(layer.out_numel + layer.in_numel),
                            self._bytes(layer.in_numel) if computes_input_grad else 0.0,
                            self._param_bytes(layer))

@@ -103,9 +103,10 @@ class Layer:
             return NORM_FORWARD_FLOPS_PER_ELEMENT * self.out_numel
         return self.out_numel
 
-    def backward_flops(self, input_grad: bool) -> int:
+    def backward_flops(self, input_grad: bool, weight_grads: bool = True) -> int:
         if self.kind is Kind.matmul:
-            return 2 * self.macs + self._bias_adds() + (2 * self.macs if input_grad else 0)
+            return ((2 * self.macs + self._bias_adds() if weight_grads else 0)
+                    + (2 * self.macs if input_grad else 0))
         if isinstance(self.module, NORMS):
             return NORM_BACKWARD_FLOPS_PER_ELEMENT * self.out_numel
         return self.out_numel

@@ -2,8 +2,8 @@
 
 What counts against Table III (spec §A.6): we count every weight-layer pass the step really
 runs (`flops.PAPER_KINDS`), target forwards included. That matches DQN-Breakout to 0.15 % and
-overshoots the MLP rows by +21 % to +27 % (the paper seems to leave out target forwards there);
-one convention for all rows rather than one per row.
+overshoots the MLP rows by +10 % (DDPG) to +27 % (DQN-CartPole): the paper seems to leave out
+target forwards there. One convention for all rows rather than one per row.
 
 Target-network syncs (DQN's periodic copy, Polyak averaging) are not nodes.
 """
@@ -39,10 +39,9 @@ def actor_critic_step_graph(batch_size: int, obs_shape: tuple[int, ...], actor: 
 
     Critic step: actor target and critic targets on next_obs, critics on (obs, action), the
     critic loss, backward and update of every critic. Actor step: actor on obs, the first
-    critic (already updated) on its actions, the actor loss, backward through that critic,
-    input gradient included, into the actor, and the actor's update (torch also computes the
-    critic's weight gradients there, then discards them: they are counted). TD3 runs the actor step
-    every `policy_delay` steps; this graph is a step that runs it (the longest one).
+    critic (already updated) on its actions, the actor loss, backward through that critic
+    (frozen: its input gradient only) into the actor, and the actor's update. TD3 runs the
+    actor step every `policy_delay` steps; this graph is a step that runs it (the longest one).
     """
     step = StepGraph(batch_size)
     next_actions = step.forward("actor_target", actor_target, obs_shape)
@@ -59,7 +58,7 @@ def actor_critic_step_graph(batch_size: int, obs_shape: tuple[int, ...], actor: 
     name, (critic, _) = next(iter(critics.items()))
     policy_value = step.forward(name, critic, obs_shape, actions)
     actor_loss = step.loss("actor_loss", policy_value)
-    action_grad = step.backward(policy_value, actor_loss, input_grad=True)
+    action_grad = step.backward(policy_value, actor_loss, input_grad=True, weight_grads=False)
     step.backward(actions, action_grad)
     step.update(actions)
     return step.graph
