@@ -19,19 +19,27 @@ taking turns update by update, the median. Measured here, nothing modeled:
   cost of emulating the board's numerics here (`eps_host`), not the board's speed.
 
 Goals (issue 15): on a CPU with bf16 instructions, DDPG mixed >= 1.5x fp32 per update; mixed
-never more than 5 % slower than fp32 otherwise. Measured on this project's 2-core host (AVX-512
-with bf16 instructions, none for fp16), two runs, speedups vs fp32:
+never more than 5 % slower than fp32 otherwise. Measured on this project's 2-core hosts, two
+runs each, speedups vs fp32 (bf16 is plain autocast where the CPU has its instructions):
 
 | | bf16 | fp16 rounded | fp16 plain autocast | mixed, host | mixed, Versal |
 |---|---:|---:|---:|---:|---:|
+| AVX-512 with bf16 instructions, none for fp16 (*) | | | | | |
 | DDPG (fp32 10.7-11.0 ms) | 1.44-1.47x | 0.76x | 0.11x | 1.34-1.35x | 1.16-1.17x |
 | DQN (fp32 1.2-1.3 ms) | 0.86x | 0.53-0.55x | 0.18-0.19x | 0.96-0.97x | 0.73x |
+| AVX2 (AMD EPYC), no 16-bit instructions | | | | | |
+| DDPG (fp32 12.0-14.8 ms) | rounded 0.73-0.75x | 0.68-0.71x | 0.09-0.11x | 0.96-0.98x | 0.74-0.75x |
+| DQN (fp32 1.8-2.4 ms) | rounded 0.61-0.62x | 0.55-0.57x | 0.15-0.18x | 1.03x | 0.73-0.77x |
 
-DDPG mixed misses 1.5x: even all-bf16 reaches 1.47x here (its matmuls 1.8x faster, the casts and
-the optimizer not at all), and the per-layer plan pays an autocast region per layer. Rounded
-fp16 is 7x faster than autocast's emulation but still 0.76x: under a uniform policy every op of
-the update passes through the rounding mode's Python dispatch. Before rounding replaced
-autocast, the Versal plan's DDPG update took 1.6-1.8x fp32's time on this host (0.55-0.6x).
+(*) measured with autocast's cast cache on, which served the DDPG critic's second forward of an
+update its pre-step weights (`hetrl.precision.native.compute_in`): the bf16 rows may be a few
+per cent slower now. On AVX-512, DDPG mixed misses 1.5x: even all-bf16 reaches 1.47x there (its
+matmuls 1.8x faster, the casts and the optimizer not at all), and the per-layer plan pays an
+autocast region per layer. On AVX2 the host plan keeps every layer in fp32 (fp32 is faster), so
+mixed computes what fp32 does, at fp32's speed within this host's noise (0.93-1.07x over five
+runs); plain autocast takes ~10x fp32's time in either dtype. Rounding is 7-10x faster than
+autocast's emulation but still 0.7x fp32: under a uniform policy every op of the update passes
+through the rounding mode's Python dispatch.
 """
 
 from __future__ import annotations
