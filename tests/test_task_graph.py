@@ -91,6 +91,24 @@ def test_mlp_rows_are_within_30_percent_of_table_iii(build, paper):
     assert per_sample_flops(build(BATCH), BATCH, PAPER_KINDS) == pytest.approx(paper, rel=0.30)
 
 
+@pytest.mark.parametrize("algo", ["ddpg", "td3", "d4pg"])
+def test_the_actor_loss_runs_through_a_frozen_critic_as_the_graph_counts(algo):
+    c = build_job(f"algo={algo}", "env=pendulum", "algo.hidden=[16]", "tracking=none")
+    c.envs.close()
+    learner = c.learner
+    learner.actor_loss(torch.randn(8, 3)).backward()
+    assert all(p.grad is not None for p in learner.actor.parameters())
+    assert all(p.grad is None and p.requires_grad for p in learner.critic.parameters())
+    flops: dict[str, list[float]] = {}  # each critic layer's backward: critic step, actor step
+    for node in learner.task_graph(BATCH).nodes:
+        if (node.network, node.pass_, node.kind) == ("critic", Pass.backward, Kind.matmul):
+            flops.setdefault(node.layer, []).append(node.flops)
+    layers = [module for module in learner.critic.modules() if isinstance(module, nn.Linear)]
+    assert len(flops) == len(layers)
+    for (critic_step, actor_step), layer in zip(reversed(flops.values()), layers):
+        assert actor_step == 2 * BATCH * layer.in_features * layer.out_features < critic_step
+
+
 GRAPHS = {"alphazero": alphazero, "breakout": breakout, "cartpole": cartpole,
           "double-dqn": lambda b: cartpole(b, double_dqn=True),
           "ddpg": ddpg(8, 2), "td3": ddpg(3, 1, twin=True)}
