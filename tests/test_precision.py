@@ -97,7 +97,8 @@ def test_a_weight_stepped_inside_the_context_is_read_as_it_is_now(monkeypatch, n
         with torch.no_grad():
             layer.weight.add_(1.0)
         after = layer(x)
-    assert torch.allclose((after - before).float(), x.sum(dim=1, keepdim=True).expand(4, 8), atol=0.1)
+    shift = x.sum(dim=1, keepdim=True).expand(4, 8)  # what adding 1 to every weight adds
+    assert torch.allclose((after - before).float(), shift, atol=0.1)
 
 
 def test_bfloat16_rounding_keeps_weights_on_the_bfloat16_grid():
