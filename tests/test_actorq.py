@@ -15,6 +15,7 @@ from pathlib import Path
 from functools import partial
 
 import numpy as np
+import psutil
 import pytest
 import torch
 from helpers import build_job, compose_job, metric_history, mlflow_runs, run_job, tracking_uri
@@ -30,7 +31,7 @@ from hetrl.tracking.reward_error import fp32_actors_key, time_to_reach
 LEARNS = ("algo=dqn", "env=cartpole", "steps=10000", "algo.learning_starts=500",
           "algo.exploration_fraction=0.2", "algo.hidden=[64,64]", "log_every=2000", "platform.measure_layers=false")
 POOL = dict(precision="fp32", int8_mode="kernel", per_channel=True, eval_episodes=1, n=1,
-            pull_every=10, quantize_on="learner", start_method="spawn")
+            pull_every=10, quantize_on="learner", start_method="auto")
 
 
 @pytest.mark.slow
@@ -131,6 +132,46 @@ def test_process_actors_stop_on_sigterm(tmp_path):
     assert [r.info.status for r in mlflow_runs(tmp_path)] == ["KILLED"]
 
 
+@pytest.mark.parametrize(("cuda_initialised", "method"), [(False, "fork"), (True, "spawn")])
+def test_actors_are_forked_until_this_process_initialised_cuda(monkeypatch, cuda_initialised,
+                                                                method):
+    """start_method=auto: a fork starts an actor in milliseconds; a process that initialised
+    CUDA (which a forked child could not use) spawns them. Either way the actor acts."""
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: cuda_initialised)
+    learner, make_envs = _learner_and_envs()
+    pool = ProcessActors(**POOL)
+    pool.start(learner, make_envs, seed=0)
+    try:
+        pool.submit(0, None, 5, 0)
+        (chunk,) = pool.results()
+        spawned = b"spawn_main" in Path(f"/proc/{pool.processes[0].pid}/cmdline").read_bytes()
+        assert ("spawn" if spawned else "fork") == method
+        assert len(chunk.obs) == 5
+    finally:
+        pool.close()
+
+
+def test_a_forked_actor_ends_on_sigterm_despite_the_jobs_stop_handler():
+    """A fork inherits the job's SIGTERM handler (stop at the next step); the actor resets
+    it, so a SIGTERM ends the actor as it ends a spawned one."""
+    learner, make_envs = _learner_and_envs()
+    pool = ProcessActors(**POOL)
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # as experiment.run's
+    try:
+        pool.start(learner, make_envs, seed=0)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    try:
+        pool.submit(0, None, 5, 0)
+        assert len(pool.results()) == 1
+        actor = pool.processes[0]
+        os.kill(actor.pid, signal.SIGTERM)
+        actor.join(timeout=10)
+        assert actor.exitcode == -signal.SIGTERM
+    finally:
+        pool.close()
+
+
 def test_a_failing_actor_raises_and_every_actor_is_stopped():
     learner, _ = _learner_and_envs()
     pool = ProcessActors(**POOL)
@@ -194,11 +235,12 @@ def test_a_stop_request_ends_a_wait_on_a_hung_actor():
         pool.close()
 
 
-def _actor_pids(marker: str) -> list[int]:
-    """The marked processes that are actors (spawned children, not the job or the resource
-    tracker)."""
+def _actor_pids(marker: str, job: int) -> list[int]:
+    """The marked processes that are actors: the job's children, its resource tracker aside
+    (actors are forked or spawned)."""
     return [pid for pid in _marked_processes(marker)
-            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+            if psutil.Process(pid).ppid() == job
+            and b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
 
 @pytest.mark.parametrize(("signum", "timeout_s"), [(signal.SIGSTOP, 5), (signal.SIGSTOP, 600),
@@ -222,7 +264,7 @@ def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, sig
             deadline = time.monotonic() + 120
             while "step 100/" not in log.read_text() and time.monotonic() < deadline:
                 time.sleep(0.5)  # the actor has delivered its first transitions
-            pids = _actor_pids(marker)
+            pids = _actor_pids(marker, job.pid)
             assert len(pids) == 1, log.read_text()[-3000:]
             os.kill(pids[0], signum)
             start = time.monotonic()

@@ -4,7 +4,7 @@ The learner sends ("collect", message, steps, step); the actor answers ("chunk",
 ("error", traceback) and is then idle until the next command, so a pull is synchronous on
 the actor's side (QuaRL A.1.4) and its `pull_s` is the time from handing back a chunk to
 holding the next message. Actors ignore SIGINT: Ctrl-C reaches the whole process group and
-the learner stops them itself.
+the learner stops them itself; SIGTERM ends an actor at once.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from time import perf_counter
 from typing import Callable
 
 import gymnasium as gym
+import torch
 
 from hetrl.actors.pool import WAIT_SLICE_S, ActorError, ActorPool
 from hetrl.actors.worker import ActorWorker, Chunk, cpu_copy
@@ -33,6 +34,7 @@ def _serve(conn: Connection, rank: int, n_actors: int, learner: Learner,
     """An actor process: collect chunks on command until told to stop; with a `ring` (PEARL's
     shared-memory data collection queue) a chunk's arrays go there, not through the pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked actor had the job's stop handler
     worker = None
     try:
         worker = ActorWorker(rank, n_actors, learner, make_envs, seed, spec)
@@ -52,6 +54,16 @@ def _serve(conn: Connection, rank: int, n_actors: int, learner: Learner,
         conn.close()
 
 
+def resolved_start_method(start_method: str) -> str:
+    """`auto`: fork while this process has not initialised CUDA (a forked child could not use
+    it) and the OS can fork, else spawn. A fork starts an actor in milliseconds; a spawn
+    re-imports torch, gymnasium and hetrl in it (2-8 s on 2 cores, most of a short run)."""
+    if start_method != "auto":
+        return start_method
+    forkable = "fork" in mp.get_all_start_methods() and not torch.cuda.is_initialized()
+    return "fork" if forkable else "spawn"
+
+
 class ProcessActors(ActorPool):
     def __init__(self, start_method: str, **pool) -> None:
         super().__init__(**pool)
@@ -64,7 +76,7 @@ class ProcessActors(ActorPool):
 
     def start(self, learner: Learner, make_envs: Callable[[], gym.vector.VectorEnv],
               seed: int) -> None:
-        context = mp.get_context(self.start_method)
+        context = mp.get_context(resolved_start_method(self.start_method))
         copy = cpu_copy(learner)
         for rank in range(self.n):
             here, there = context.Pipe()

@@ -60,12 +60,15 @@ class ActorPoolConfig(ActorsConfig):
 
 @dataclass
 class ProcessActorsConfig(ActorPoolConfig):
-    start_method: str = "spawn"  # multiprocessing: spawn | forkserver | fork
+    # multiprocessing: auto (fork while this process has not initialised CUDA, else spawn) |
+    # spawn | forkserver | fork
+    start_method: str = "auto"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.start_method in ("spawn", "forkserver", "fork"), "actors.start_method",
-                self.start_method, "'spawn', 'forkserver' or 'fork'")
+        require(self.start_method in ("auto", "spawn", "forkserver", "fork"),
+                "actors.start_method", self.start_method,
+                "'auto', 'spawn', 'forkserver' or 'fork'")
 
 
 @dataclass

@@ -47,7 +47,6 @@ class PearlSchedulerConfig(SchedulerConfig):
     collect_steps: int = MISSING
     dynamic_resources: bool = MISSING
     resource_every: int = MISSING
-    fork_actors: bool = MISSING  # process actors forked (not spawned) while CUDA is unused
 
     def __post_init__(self) -> None:
         for key in ("weight_sync_every", "collect_steps", "resource_every"):

@@ -23,7 +23,6 @@ Every decision is reported with the EPS before and after it.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing as mp
 from concurrent.futures import Future, ThreadPoolExecutor
 from time import perf_counter
 
@@ -59,9 +58,7 @@ class PearlScheduler:
     agents = (Agents.single,)
 
     def __init__(self, weight_sync_every: int = 10, collect_steps: int = 16,
-                 dynamic_resources: bool = True, resource_every: int = 200,
-                 fork_actors: bool = True) -> None:
-        self.fork_actors = fork_actors
+                 dynamic_resources: bool = True, resource_every: int = 200) -> None:
         self.weight_sync_every, self.collect_steps = weight_sync_every, collect_steps
         self.dynamic_resources, self.resource_every = dynamic_resources, resource_every
 
@@ -159,13 +156,6 @@ class PearlScheduler:
         threads = torch.get_num_threads()  # Algorithm 1 moves cores to the learner: given back
         owed, pending_steps, learner_metrics = 0, 0, {}
         try:
-            if (shared is not None and self.fork_actors and pool.start_method == "spawn"
-                    and not torch.cuda.is_initialized()
-                    and "fork" in mp.get_all_start_methods()):
-                # spawning re-imports torch, gymnasium and hetrl in every actor (5-8 s at
-                # load 5 on 2 cores, most of a 5k-step run); a fork starts in milliseconds. Not
-                # once CUDA is initialised: a forked child cannot use it.
-                pool.start_method = "fork"
             if shared is not None:  # data collection queues in shared memory, one per actor
                 pool.rings = {rank: ChunkRing(self.collect_steps, n_envs,
                                               t.envs.single_observation_space,
