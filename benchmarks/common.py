@@ -92,8 +92,26 @@ def run_job(store: Path, *overrides: str, out: Path | None = None) -> dict[str, 
 
     cfg, choices = job_config(f"tracking.uri={tracking_uri(store)}", *overrides)
     out = out or store / f"job{len(list(store.glob('job*')))}"
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
     return experiment.run(cfg, choices, out)
+
+
+def run_or_resume(store: Path, job_dir: Path, *overrides: str,
+                  checkpoint_every: int) -> dict[str, Any]:
+    """A long job kept in `job_dir` across sittings: its final metrics read back from its
+    MLflow run where it finished, the job resumed from its checkpoint (written every
+    `checkpoint_every` env steps) where it was stopped, trained from the start where it never
+    reached one."""
+    from mlflow.tracking import MlflowClient
+
+    from hetrl import checkpoint
+
+    if (job_dir / checkpoint.FILENAME).is_file():
+        run = MlflowClient(tracking_uri(store)).get_run(checkpoint.load(job_dir)["run_id"])
+        if run.info.status == "FINISHED":
+            return {**run.data.metrics, "run_id": run.info.run_id}
+        return run_job(store, f"resume={job_dir}", out=job_dir)
+    return run_job(store, *overrides, f"checkpoint_every={checkpoint_every}", out=job_dir)
 
 
 def sweep(store: Path, *overrides: str) -> list[Run]:

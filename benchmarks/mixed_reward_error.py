@@ -7,9 +7,14 @@ Run from the repository root:
     python benchmarks/mixed_reward_error.py                       # every workload, 5 seeds: hours
     python benchmarks/mixed_reward_error.py --workload dqn_cartpole --seeds 8
     python benchmarks/mixed_reward_error.py --smoke               # 2 seeds, 300 steps: seconds
+    python benchmarks/mixed_reward_error.py --workload ddpg_mountaincar_continuous \
+        --store runs/reward_error     # across sittings: stop it any time, run it again
 
 Each pair is two real `hetrl.experiment.run` jobs composed as `python -m hetrl` would compose
-them, tracked to a throwaway MLflow store: `precision=fp32` first, then `platform=versal
+them, tracked to a throwaway MLflow store (or to `--store`, where each job checkpoints every
+10k env steps: run the same command again and the finished jobs are read back, the stopped
+ones resumed where their checkpoint left them, so the hours of the DDPG rows can be spread
+over several sittings): `precision=fp32` first, then `platform=versal
 precision=mixed`, which finds that fp32 run by its numerics key. Both evaluate their policy
 deterministically (`eval.every`, `eval.episodes`: greedy/mean actions on eval envs with seeds
 of their own, the same episodes for both), and the error is taken on an evaluation (which
@@ -54,7 +59,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from common import build_job, run_job, table, verdict
+from common import build_job, run_or_resume, table, verdict
 
 from hetrl.precision.mixed import layer_forward_dtypes
 from hetrl.tracking.seeds import error_of_means, intervals
@@ -81,6 +86,7 @@ WORKLOADS = {
                                             300_000, 30_000, 20, 1.12, FINAL),
 }
 GOAL_PCT = 5.0
+CHECKPOINT_EVERY = 10_000  # env steps: what a stopped job of a --store loses at most
 MIN_SEEDS = 5
 
 
@@ -99,6 +105,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=MIN_SEEDS)
     parser.add_argument("--steps", type=int, help="override every workload's budget")
     parser.add_argument("--smoke", action="store_true", help="DQN-CartPole, 2 seeds, 300 steps")
+    parser.add_argument("--store", type=Path,
+                        help="keep the jobs here (MLflow store, checkpoints): run again with it "
+                             "to read back the finished jobs and resume the stopped ones")
     args = parser.parse_args()
     if not args.smoke and args.seeds < MIN_SEEDS:
         parser.error(f"--seeds {args.seeds}: a reward error of 1-5 % needs >= {MIN_SEEDS} seeds")
@@ -106,21 +115,27 @@ def main() -> None:
     seeds = range(2 if args.smoke else args.seeds)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        store = args.store.resolve() if args.store else Path(tmp)
         for name in names:
             overrides, steps, every, episodes, paper, score = WORKLOADS[name]
+            steps = 300 if args.smoke else args.steps or steps
             if args.smoke:
-                budget = ["steps=300", "algo.learning_starts=100", "eval.every=150",
+                budget = [f"steps={steps}", "algo.learning_starts=100", "eval.every=150",
                           "eval.episodes=2", "platform.measure_layers=false"]
             else:
-                budget = [f"steps={args.steps or steps}", f"eval.every={every}",
+                budget = [f"steps={steps}", f"eval.every={every}",
                           f"eval.episodes={episodes}", "log_every=5000"]
             fp32: dict[str, list[float]] = {FINAL: [], KEPT: []}
             mixed: dict[str, list[float]] = {FINAL: [], KEPT: []}
             for seed in seeds:
                 job = [*overrides, f"seed={seed}", *budget]
-                a = run_job(Path(tmp), *job, "precision=fp32")
-                b = run_job(Path(tmp), *[o for o in job if "measure_layers" not in o],
-                            "platform=versal", "precision=mixed")
+                jobs = store / f"{name}-{steps}steps" / f"seed{seed}"
+                a = run_or_resume(store, jobs / "fp32", *job, "precision=fp32",
+                                  checkpoint_every=CHECKPOINT_EVERY)
+                b = run_or_resume(store, jobs / "mixed",
+                                  *[o for o in job if "measure_layers" not in o],
+                                  "platform=versal", "precision=mixed",
+                                  checkpoint_every=CHECKPOINT_EVERY)
                 for key in (FINAL, KEPT):
                     fp32[key].append(a.get(key, float("nan")))
                     mixed[key].append(b.get(key, float("nan")))

@@ -33,3 +33,22 @@ def test_smoke(script: Path, args: list[str], tmp_path: Path) -> None:
                          env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"^\|(---:?\|)+$", out.stdout, re.MULTILINE), out.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_a_stored_reward_error_run_reads_its_finished_jobs_back(tmp_path: Path) -> None:
+    """`mixed_reward_error.py --store`: run again, it prints the same table without training
+    a job again (a stopped one would resume from its checkpoint: test_reproducibility.py)."""
+    script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
+    outputs, checkpoints = [], []
+    for _ in range(2):
+        run = subprocess.run([sys.executable, str(script), "--smoke", "--store", "store"],
+                             check=False, cwd=tmp_path, capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+        assert run.returncode == 0, run.stderr[-3000:]
+        outputs.append(run.stdout)
+        checkpoints.append({path: path.stat().st_mtime_ns
+                            for path in (tmp_path / "store").glob("*/seed*/*/checkpoint.pt")})
+    assert len(checkpoints[0]) == 4  # 2 seeds x (fp32, mixed)
+    assert checkpoints[1] == checkpoints[0]
+    assert outputs[1] == outputs[0]
