@@ -20,11 +20,16 @@ def test_dqn_solves_cartpole_with_its_tuned_hyperparameters(tmp_path):
 
 @pytest.mark.slow
 def test_td3_swings_up_pendulum(tmp_path):
-    """rl-zoo3's TD3 Pendulum settings with a [64, 64] network and 1000 warm-up steps,
-    so that the last 100 episodes (20k steps) come after learning within CI's budget."""
-    result = run_job(tmp_path, "algo=td3", "env=pendulum", "steps=25000", "algo.hidden=[64,64]",
-                     "algo.learning_starts=1000")
-    assert result["return_mean_100"] >= -300
+    """rl-zoo3's TD3 Pendulum settings with a [64, 64] network and 1000 warm-up steps: the
+    policy at its best deterministic evaluation within 10k steps, scored on episodes no
+    evaluation played, swings up (random: about -1,200; seeds 0 and 1 here evaluate at -151
+    and -170 from 8k steps on). The best, not the last: TD3's evaluations dip (seed 0: -489
+    at 12k)."""
+    result = run_job(tmp_path, "algo=td3", "env=pendulum", "steps=10000", "algo.hidden=[64,64]",
+                     "algo.learning_starts=1000", "eval.every=2000", "eval.episodes=10")
+    curve = metric_history(tmp_path, result["run_id"], "eval/return_mean")
+    assert curve[0][1] < -900  # it starts unsolved
+    assert result["eval/best_return_mean"] >= -300
 
 
 @pytest.mark.slow
