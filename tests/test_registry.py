@@ -2,15 +2,17 @@
 
 Every pair of options that validation accepts trains: a pair is accepted when
 `python -m hetrl g1=o1 g2=o2` composes and validates (the rest of the config at its
-defaults); the accepted pairs are then covered by few jobs (pairwise testing: pairs are folded
-into one job while every pair inside it is accepted, and the job itself validates), each of
-which trains a few steps. So every algorithm trains on the env it brings, and every option
-of every group trains beside every option of every other group that it fits. Every env
-trains with the first algorithm of the registry that fits it.
+defaults); the accepted pairs are then covered by few jobs (pairwise testing: a job grows by
+the option that covers the most pairs not yet covered while every pair inside it is accepted,
+and the job itself validates), each of which trains a few steps. So every algorithm trains
+on the env it brings, and every option of every group trains beside every option of every
+other group that it fits. Every env trains with the first algorithm of the registry that fits
+it.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import combinations
 from pathlib import Path
 
@@ -68,25 +70,42 @@ def _pairs(choices: dict[str, str]) -> set[tuple[Choice, Choice]]:
 
 
 def _covering_jobs() -> list[tuple[tuple[str, ...], DictConfig, dict[str, str]]]:
-    """Jobs that together hold every accepted pair of options of different groups."""
+    """Jobs that together hold every accepted pair of options of different groups, few of
+    them (AETG's greedy way): each grows from the uncovered pair whose options have the most
+    uncovered pairs left, by the option that makes the most uncovered pairs with the chosen
+    ones while every pair it makes is accepted."""
     options = sorted((group, option) for group in PAIRED for option in group_options(group))
     alone = {a: _accepted(f"{a[0]}={a[1]}") for a in options}
     pairs = [(a, b) for a, b in combinations(options, 2) if a[0] != b[0]]
     accepted = {pair for pair in pairs if _pair_accepted(*pair, alone)}
     uncovered, jobs = set(accepted), []
     while uncovered:
-        chosen = dict(min(uncovered))
-        for a, b in sorted(uncovered):  # fold in every pair that fits with what is chosen
-            merged = {**chosen, **dict((a, b))}
-            fits = all(chosen.get(group, option) == option for group, option in (a, b))
-            if fits and set(combinations(sorted(merged.items()), 2)) <= accepted:
-                chosen = merged
+        left = Counter(option for pair in uncovered for option in pair)
+        chosen = dict(max(sorted(uncovered), key=lambda pair: left[pair[0]] + left[pair[1]]))
+        while (option := _best_addition(chosen, options, accepted, uncovered, left)) is not None:
+            chosen[option[0]] = option[1]
         overrides = tuple(f"{g}={o}" for g, o in sorted(chosen.items()))
         job = _accepted(*overrides)
         assert job is not None, f"every pair of {overrides} is accepted, but not all of them"
         uncovered -= _pairs(job[1])
         jobs.append((overrides, *job))
     return jobs
+
+
+def _best_addition(chosen: dict[str, str], options: list[Choice], accepted: set,
+                   uncovered: set, left: Counter) -> Choice | None:
+    """The option of a group not chosen yet whose pairs with the chosen ones are all accepted
+    and hold the most uncovered ones (ties: the option with more uncovered pairs left)."""
+    best, best_key = None, (0, 0)
+    for option in options:
+        if option[0] in chosen:
+            continue
+        made = [tuple(sorted((option, other))) for other in chosen.items()]
+        if all(pair in accepted for pair in made):
+            key = (sum(pair in uncovered for pair in made), left[option])
+            if key[0] and key > best_key:
+                best, best_key = option, key
+    return best
 
 
 @pytest.mark.slow
