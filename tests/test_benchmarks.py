@@ -32,11 +32,17 @@ TABLE = re.compile(r"^\|(---:?\|)+$", re.MULTILINE)
 def test_smoke(script: Path, args: list[str], tmp_path: Path) -> None:
     if script.name in EXTRAS:
         pytest.importorskip(EXTRAS[script.name], reason="pip install -e '.[bench]'")
-    out = subprocess.run([sys.executable, str(script), "--smoke", *args], check=False,
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    assert TABLE.search(out := _smoke(script, tmp_path, *args)), out[-3000:]
+
+
+def _smoke(script: Path, cwd: Path, *args: str) -> str:
+    """What `python benchmarks/<script> --smoke <args>` printed, run in `cwd`; it must
+    succeed."""
+    run = subprocess.run([sys.executable, str(script), "--smoke", *args], check=False,
+                         cwd=cwd, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert TABLE.search(out.stdout), out.stdout[-3000:]
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout
 
 
 @pytest.mark.slow
@@ -47,11 +53,7 @@ def test_a_stored_reward_error_run_reads_its_finished_jobs_back(tmp_path: Path) 
     script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
     outputs, checkpoints = [], []
     for _ in range(2):
-        run = subprocess.run([sys.executable, str(script), "--smoke", "--store", "store"],
-                             check=False, cwd=tmp_path, capture_output=True, text=True,
-                             timeout=300, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
-        assert run.returncode == 0, run.stderr[-3000:]
-        outputs.append(run.stdout)
+        outputs.append(_smoke(script, tmp_path, "--store", "store"))
         checkpoints.append({path: path.stat().st_mtime_ns
                             for path in (tmp_path / "store").glob("*/seed*/*/checkpoint.pt")})
     assert len(checkpoints[0]) == 4  # 2 seeds x (fp32, mixed)
