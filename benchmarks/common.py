@@ -166,14 +166,23 @@ def sb3_model(algo: DictConfig, env_id: str, learning_starts: int,
     if "target_update_interval" in algo:  # DQN; hetrl counts the interval in updates, SB3 in
         # env steps: gradient_steps updates every train_freq env steps
         every = algo.target_update_interval * algo.train_freq // algo.gradient_steps
-        return DQN("MlpPolicy", env, max_grad_norm=algo.max_grad_norm,
-                   target_update_interval=every,
-                   exploration_fraction=algo.exploration_fraction,
-                   exploration_initial_eps=algo.exploration_initial_eps,
-                   exploration_final_eps=algo.exploration_final_eps, **kwargs)
+        return unlogged(DQN("MlpPolicy", env, max_grad_norm=algo.max_grad_norm,
+                            target_update_interval=every,
+                            exploration_fraction=algo.exploration_fraction,
+                            exploration_initial_eps=algo.exploration_initial_eps,
+                            exploration_final_eps=algo.exploration_final_eps, **kwargs))
     act_dim = env.action_space.shape[0]
     noise = NormalActionNoise(np.zeros(act_dim), algo.noise_std * np.ones(act_dim))
-    return DDPG("MlpPolicy", env, tau=algo.tau, action_noise=noise, **kwargs)
+    return unlogged(DDPG("MlpPolicy", env, tau=algo.tau, action_noise=noise, **kwargs))
+
+
+def unlogged(model: OffPolicyAlgorithm) -> OffPolicyAlgorithm:
+    """The model with a logger that writes nowhere: SB3's default one makes a new empty
+    `SB3-<date>` folder in the temp dir at every `learn()`, even at verbose=0."""
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(None, []))
+    return model
 
 
 def sb3_return_mean_100(model: OffPolicyAlgorithm) -> float | None:

@@ -37,7 +37,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from common import (host_line, job_config, metric_history, num, ratio, run_job, sb3_model,
-                    sb3_return_mean_100, table)
+                    sb3_return_mean_100, table, unlogged)
 from plain_torch import plain_ddpg, plain_dqn
 
 from hetrl.algos.base import Batch
@@ -80,6 +80,7 @@ def sb3_loop(name: str, batch: int, steps: int) -> dict[str, float] | None:
     else:
         model = DDPG("MlpPolicy", "MountainCarContinuous-v0", buffer_size=50000,
                      policy_kwargs={"net_arch": [64, 64]}, **common)
+    unlogged(model)
     start = time.perf_counter()
     model.learn(steps)
     wall = time.perf_counter() - start

@@ -1,12 +1,17 @@
 """hetrl's update rules against SB3's, on the same weights and the same batches: where two
-runs learn differently, this says whether the update is the cause."""
+runs learn differently, this says whether the update is the cause. And the benchmarks' SB3
+references leave nothing behind."""
 
 from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers import build_job
+from helpers import build_job, compose_job
 
 from hetrl.algos.base import Batch
 
@@ -14,7 +19,7 @@ sb3 = pytest.importorskip("stable_baselines3", reason="pip install -e '.[bench]'
 
 
 def test_dqn_updates_as_sb3s_on_the_same_batches():
-    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
     torch.manual_seed(0)
@@ -23,7 +28,7 @@ def test_dqn_updates_as_sb3s_on_the_same_batches():
     model = sb3.DQN("MlpPolicy", "CartPole-v1", learning_rate=learner.lr, gamma=learner.gamma,
                     batch_size=n, max_grad_norm=learner.max_grad_norm, learning_starts=0,
                     policy_kwargs={"net_arch": learner.policy_hidden}, device="cpu")
-    model.set_logger(configure(None, []))
+    model.set_logger(Logger(None, []))  # configure() would make a temp folder
     for net in (model.q_net.q_net, model.q_net_target.q_net, learner.q_target):
         net.load_state_dict(learner.q.state_dict())
     for _ in range(20):
@@ -39,3 +44,16 @@ def test_dqn_updates_as_sb3s_on_the_same_batches():
     for ours, theirs in zip(learner.q.parameters(), model.q_net.q_net.parameters()):
         np.testing.assert_allclose(ours.detach(), theirs.detach(), atol=1e-6)
     assert not torch.equal(learner.q[0].weight, learner.q_target[0].weight)  # it did learn
+
+
+def test_the_benchmarks_sb3_models_leave_no_log_folder(tmp_path, monkeypatch):
+    """SB3's default logger makes an empty `SB3-<date>` folder in the temp dir at every
+    `learn()` (verbose=0 too); the benchmarks' reference models log nowhere."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from common import sb3_model
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    model = sb3_model(compose_job("algo=dqn", "env=cartpole")[0].algo, "CartPole-v1",
+                      learning_starts=16)
+    model.learn(32)
+    assert list(tmp_path.iterdir()) == []
