@@ -186,13 +186,14 @@ def test_a_bad_ladder_is_a_config_error(override, words):
 
 @pytest.mark.slow
 def test_alphazero_learns_to_beat_random_on_go5(tmp_path: Path):
-    """The default job's recipe, shortened for CI: the latest generation wins >= 90% of 100
+    """The default job's recipe, shortened for CI: the latest generation wins >= 90% of 50
     games against a uniformly random player, colours alternating. On 5x5 a search of 32
     readouts with the untrained network already wins ~98% of them (measured), so the test
     also asks that it wins >= 60% against that untrained network (generation 0) at equal
-    readouts: what learning adds."""
+    readouts: what learning adds (seeds 0 and 1 here: 88% and 96%; at 4 generations seed 0
+    beat random in only 92%)."""
     results = run_job(tmp_path, "algo=alphazero", "tracking=none", "selfplay.generations=5",
-                      "selfplay.eval_games=100", "selfplay.eval_every=5")
+                      "selfplay.eval_every=5")
     assert results["selfplay/generation"] == 5
     assert results["selfplay/win_rate_vs_random"] >= 0.9
     assert results["selfplay/win_rate_vs_gen0"] >= 0.6
