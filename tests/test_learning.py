@@ -35,12 +35,14 @@ def test_td3_swings_up_pendulum(tmp_path):
 @pytest.mark.slow
 def test_d4pg_swings_up_pendulum(tmp_path):
     """D4PG's distributional critic (51 atoms on [-800, 0], Pendulum's discounted returns at
-    γ 0.98) with 5-step returns and [64, 64] networks: from random (≈ -1,200) past -400 in
-    15k steps (seed 1 here: -289 at 15k; seed 0 at batch 256: -270 at 20k)."""
-    result = run_job(tmp_path, "algo=d4pg", "env=pendulum", "steps=15000", "seed=1",
-                     "log_every=1000", "algo.hidden=[64,64]", "algo.policy_hidden=[64,64]",
-                     "algo.lr=1e-3", "algo.batch_size=128", "algo.gamma=0.98",
-                     "algo.noise_std=0.1", "algo.v_min=-800", "algo.v_max=0")
-    curve = metric_history(tmp_path, result["run_id"], "return_mean_100")
-    assert curve[0][1] < -900
-    assert result["return_mean_100"] >= -400
+    γ 0.98) with 5-step returns and [64, 64] networks: the policy evaluates as random (≈ -1,200)
+    before learning starts and, at its best deterministic evaluation within 6k steps, scored on
+    episodes no evaluation played, swings up (seeds 0 and 1 here: -147 and -173 from 3k steps
+    on; the training return, with exploration, lags: -684 and -558 at 5k)."""
+    result = run_job(tmp_path, "algo=d4pg", "env=pendulum", "steps=6000", "seed=1",
+                     "eval.every=1000", "eval.episodes=10", "algo.hidden=[64,64]",
+                     "algo.policy_hidden=[64,64]", "algo.lr=1e-3", "algo.batch_size=128",
+                     "algo.gamma=0.98", "algo.noise_std=0.1", "algo.v_min=-800", "algo.v_max=0")
+    curve = metric_history(tmp_path, result["run_id"], "eval/return_mean")
+    assert curve[0][1] < -900  # at learning_starts: no update yet
+    assert result["eval/best_return_mean"] >= -300
