@@ -44,11 +44,12 @@ def build_job(*overrides: str, plan: bool = False) -> Components:
     return build(cfg, plan=plan)
 
 
-def run_job(tmp_path: Path, *overrides: str) -> dict:
-    """Run one job in this process, tracking to a sqlite store under tmp_path (made as a copy
-    of an empty one, where missing)."""
+def run_job(tmp_path: Path, *overrides: str, ready_store: bool = True) -> dict:
+    """Run one job in this process, tracking to a sqlite store under tmp_path: where missing,
+    a copy of an empty one, or with `ready_store=False` none, for the job to make (as outside
+    the tests: for tests that a rejected job makes none)."""
     store = tmp_path / "mlflow.db"
-    if not store.exists():
+    if ready_store and not store.exists():
         shutil.copyfile(_empty_store(), store)
     cfg, choices = compose_job(f"tracking.uri={tracking_uri(tmp_path)}", *overrides)
     out = tmp_path / f"job{len(list(tmp_path.glob('job*')))}"

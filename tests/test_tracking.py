@@ -9,9 +9,8 @@ import logging
 import pytest
 import torch
 import yaml
-from helpers import compose_job, hetrl_cli, mlflow_runs, run_job, tracking_uri
+from helpers import hetrl_cli, mlflow_runs, run_job, tracking_uri
 
-from hetrl import experiment
 from hetrl.tracking.mlflow import VIEW_ID, VIEW_NAME, VIEW_TAG, client_for, view_route
 
 QUICK = ("algo=dqn", "env=cartpole", "steps=1200", "algo.learning_starts=200", "algo.train_freq=4",
@@ -60,9 +59,7 @@ def test_a_failing_job_ends_failed_with_its_traceback(tmp_path, client):
 def test_bad_input_is_rejected_before_a_run_or_store_is_created(tmp_path, bad, monkeypatch):
     monkeypatch.chdir(tmp_path)  # where a relative store would be
     with pytest.raises(ValueError, match="is invalid|not a config key|is not modeled|does not match"):
-        # not run_job, which hands the job a ready store
-        experiment.run(*compose_job(f"tracking.uri={tracking_uri(tmp_path)}", *QUICK, bad),
-                       tmp_path)
+        run_job(tmp_path, *QUICK, bad, ready_store=False)
     assert not (tmp_path / "mlflow.db").exists()  # no run, not even a FAILED one
     assert not (tmp_path / "mlruns").exists()
 
