@@ -5,6 +5,8 @@ learning test on go5."""
 from __future__ import annotations
 
 import math
+import signal
+from contextlib import nullcontext
 from pathlib import Path
 
 import matplotlib.image
@@ -17,7 +19,9 @@ from hetrl import checkpoint, experiment
 from hetrl.algos.alphazero import PolicyValueNet, augment, symmetry
 from hetrl.config.errors import ConfigError
 from hetrl.envs.go import GoGame
+from hetrl.faults import Stopped, StopRequest
 from hetrl.partition.graph import Pass
+from hetrl.progress import TrainingProgress
 from hetrl.validation import validate
 
 TINY = ("steps=64", "algo.width=8", "algo.blocks=1", "algo.search.readouts=8",
@@ -94,6 +98,31 @@ def test_a_tiny_job_trains_checkpoints_and_resumes(tmp_path: Path):
     loop = saved["loop"].selfplay
     assert loop["generation"] == 1 and len(loop["window"]) == 1
     assert saved["learner"]["generation"] in (0, 1) and saved["learner"]["updates"] == 2
+
+
+def test_a_stop_between_generations_names_the_signal_and_resume_finishes_the_job(
+        tmp_path: Path, monkeypatch):
+    stop = StopRequest()
+
+    class StopAfterFirstGeneration(TrainingProgress):
+        def update(self, step, metrics, kind):
+            super().update(step, metrics, kind)
+            if "selfplay/generation" in metrics:
+                stop.request(signal.SIGTERM)  # as the signal handler would
+
+    monkeypatch.setattr(experiment, "_stop_on_signals", lambda: nullcontext(stop))
+    monkeypatch.setattr(experiment, "TrainingProgress", StopAfterFirstGeneration)
+    job = ("algo=alphazero", *TINY, "steps=100000", "selfplay.generations=2")
+    with pytest.raises(Stopped, match=r"stopped at step \d+ by SIGTERM, after a checkpoint; "
+                                      f"go on with: python -m hetrl resume={tmp_path / 'job0'}"):
+        run_job(tmp_path, *job)
+    monkeypatch.undo()
+    assert checkpoint.load(tmp_path / "job0")["loop"].selfplay["generation"] == 1
+
+    cfg, choices = compose_job(f"tracking.uri={tracking_uri(tmp_path)}",
+                               f"resume={tmp_path / 'job0'}")
+    resumed = experiment.run(cfg, choices, tmp_path / "job0")
+    assert resumed["selfplay/generation"] == 2.0 and resumed["updates"] == 4
 
 
 # what a seeded two-generation TINY run ends with (seed 3, go5), by `selfplay.trainers`

@@ -53,6 +53,13 @@ class Training:
     evaluate: Callable[[], dict[str, float]] | None = None  # deterministic evaluation, if on
     eval_every: int = 0  # env steps between evaluations (and one at the end)
 
+    def stop_if_requested(self, state: LoopState) -> None:
+        """Where a stop was requested (Ctrl-C, SIGTERM): checkpoint `state`, then raise
+        `Stopped` naming the signal and the step."""
+        if self.stop.is_set():
+            self.checkpoint(state)
+            raise Stopped(getattr(self.stop, "signum", signal.SIGINT), state.step)
+
 
 TRAINING_PHASES = ("replay_add", "rollout_add", "advantages", "sample", "update",
                    "priority_update")
@@ -131,9 +138,7 @@ class StepBoundary:
             state.elapsed_s += now - self._tick
             self._tick = now
             state.obs = obs
-        if t.stop.is_set():
-            t.checkpoint(state)
-            raise Stopped(getattr(t.stop, "signum", signal.SIGINT), state.step)
+        t.stop_if_requested(state)
         if log_due:
             metrics = loop_metrics(state, t.learner, learner_metrics)
             if "return_mean_100" in metrics:

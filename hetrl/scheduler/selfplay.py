@@ -72,7 +72,7 @@ from hetrl.algos.pure_mcts import PureMcts
 from hetrl.config.enums import Agents
 from hetrl.envs.go import GoGame, area_owner
 from hetrl.replay.window import GenerationWindow
-from hetrl.scheduler.context import Stopped, Training, loop_metrics, report_placement
+from hetrl.scheduler.context import Training, loop_metrics, report_placement
 from hetrl.scheduler.dataparallel import DataParallelTrainers
 from hetrl.scheduler.state import LoopState, PhaseTimer, Report
 from hetrl.scheduler.updates import Updates
@@ -134,9 +134,7 @@ class SelfPlayScheduler:
                 report_placement(t, state.step, pool.placement())
             while (sp["generation"] < self.generations and state.step < t.steps
                    and not sp.get("out_of_time")):
-                if t.stop.is_set():
-                    t.checkpoint(state)
-                    raise Stopped(f"stopped at generation {sp['generation']}")
+                t.stop_if_requested(state)
                 gen = sp["generation"]
                 generation_start = time.perf_counter()
                 stats = SearchStats()
