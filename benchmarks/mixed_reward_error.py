@@ -52,7 +52,9 @@ Budgets and the return scored, where the fp32 runs have converged and stay conve
 from __future__ import annotations
 
 import argparse
+import shlex
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 from typing import NamedTuple
@@ -61,6 +63,7 @@ import numpy as np
 import torch
 from common import build_job, run_or_resume, table, verdict
 
+from hetrl.faults import exit_on_stop
 from hetrl.precision.mixed import layer_forward_dtypes
 from hetrl.tracking.seeds import error_of_means, intervals
 
@@ -172,5 +175,5 @@ def main() -> None:
                 "on deterministic evaluations")
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # stopped (its job checkpointed), this command again goes on
+    exit_on_stop(main, go_on=shlex.join(["python", *sys.argv]))

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from hetrl import CONF_DIR
 from hetrl.config.errors import ConfigError
 from hetrl.config.store import register
-from hetrl.faults import Fault, Stopped
+from hetrl.faults import Fault, exit_on_stop
 from hetrl.sweep_stops import run_job
 from hetrl.tracking.base import JOB_NUM_TAG
 
@@ -53,15 +53,7 @@ def _to_log_files(text: str) -> None:
 def cli() -> None:
     """Run `main`; a stop by Ctrl-C or SIGTERM exits 130 or 143 with one line saying how to go
     on, not a traceback."""
-    try:
-        main()
-    except Stopped as stopped:
-        print(stopped.describe(), file=sys.stderr)
-        sys.exit(stopped.exit_code)
-    except KeyboardInterrupt:
-        print("interrupted (a second Ctrl-C): the last checkpoint, if any, is where "
-              "`resume=` goes on", file=sys.stderr)
-        sys.exit(130)
+    exit_on_stop(main)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ that goes on. Light to import: `python -m hetrl` catches these before torch is l
 from __future__ import annotations
 
 import signal
+import sys
 import threading
+from typing import Callable
 
 
 class Fault(RuntimeError):
@@ -41,13 +43,28 @@ class Stopped(KeyboardInterrupt):
     def exit_code(self) -> int:
         return 128 + self.signum  # the shell's code for a death by that signal: 130, 143
 
-    def describe(self) -> str:
-        """One line: what stopped, where, and the command that goes on."""
+    def describe(self, go_on: str | None = None) -> str:
+        """One line: what stopped, where, and the command that goes on (`go_on`; by default
+        the job's `resume=`)."""
         name = signal.Signals(self.signum).name
         if self.step is None:
             return (f"stopped by {name} between two jobs of the sweep; its parent run ends "
                     "KILLED, its summary lists the jobs that did not run")
         text = f"stopped at step {self.step} by {name}, after a checkpoint"
-        if self.job_dir is not None:
-            text += f"; go on with: python -m hetrl resume={self.job_dir}"
-        return text
+        if go_on is None and self.job_dir is not None:
+            go_on = f"python -m hetrl resume={self.job_dir}"
+        return text if go_on is None else f"{text}; go on with: {go_on}"
+
+
+def exit_on_stop(main: Callable[[], object], go_on: str | None = None) -> None:
+    """Run `main`; a stop by Ctrl-C or SIGTERM exits 130 or 143 with one line saying how to go
+    on (`go_on`, where the stopped job's `resume=` is not the way), not a traceback."""
+    try:
+        main()
+    except Stopped as stopped:
+        print(stopped.describe(go_on), file=sys.stderr)
+        sys.exit(stopped.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted (a second Ctrl-C): the last checkpoint, if any, is where "
+              "`resume=` goes on", file=sys.stderr)
+        sys.exit(130)

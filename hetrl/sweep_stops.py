@@ -66,7 +66,7 @@ class SweepStopped(Stopped):
         super().__init__(signum)
         self.sweep_dir = sweep_dir
 
-    def describe(self) -> str:
+    def describe(self, go_on: str | None = None) -> str:
         return (f"stopped by {signal.Signals(self.signum).name}: the sweep's running jobs "
                 "checkpointed and ended KILLED, the others did not start; its parent run ends "
                 "KILLED, its summary lists them. Go on with a job: "

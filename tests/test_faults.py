@@ -14,7 +14,7 @@ import torch
 from helpers import hetrl_cli, mlflow_runs, run_job, tracking_uri
 
 from hetrl import checkpoint
-from hetrl.faults import Fault
+from hetrl.faults import Fault, Stopped, exit_on_stop
 from hetrl.tracking.mlflow import client_for
 
 QUICK = ("algo=dqn", "env=cartpole", "steps=300", "algo.learning_starts=100", "log_every=100",
@@ -143,3 +143,15 @@ def test_a_stop_by_signal_exits_with_its_code_and_the_resume_command(tmp_path, s
     assert text.splitlines()[-1].endswith(f"go on with: python -m hetrl resume={job_dir}"), text
     assert (job_dir / checkpoint.FILENAME).is_file()
     assert [r.info.status for r in mlflow_runs(tmp_path)] == ["KILLED"]
+
+
+def test_a_stop_names_the_command_that_goes_on_where_it_is_not_resume(capsys):
+    """As a benchmark that resumes its own jobs (mixed_reward_error.py --store) reports it."""
+    def stopped_job():
+        raise Stopped(signal.SIGTERM, 265747, job_dir="/store/seed0/fp32")
+
+    with pytest.raises(SystemExit) as exit:
+        exit_on_stop(stopped_job, go_on="python bench.py --store s")
+    assert exit.value.code == 143
+    assert capsys.readouterr().err == ("stopped at step 265747 by SIGTERM, after a checkpoint; "
+                                       "go on with: python bench.py --store s\n")
