@@ -20,7 +20,10 @@ Everything is measured in this process on this host; nothing is copied from else
    interleaved over R rounds, so drift on a shared host hits them alike; the median is reported, with each precision's
    speedup over fp32 measured in the same run. Also a Nature-CNN Q-network (Atari, 4x84x84)
    with per-channel int8 convolutions, and the size of the 3x2048 policy's parameters on the
-   wire: fp32 state dict vs ActorQ's q_c payload (int8 codes + scales).
+   wire: fp32 state dict vs ActorQ's q_c payload (int8 codes + scales), and the cost of a
+   pull's load into an actor's copy of it: `load_into` (its quantized layers repacked in
+   place, what actors do) against a new `quantize_policy` copy and against fp32's
+   `load_state_dict`.
 
 2. PTQ reward error (QuaRL Table 1 and the extract's D2/D3, in kind). For each of DQN
    CartPole-v1, DDPG Pendulum-v1, TD3 Pendulum-v1 and PPO CartPole-v1 and seeds 0, 1, 2, a job
@@ -53,7 +56,8 @@ from torch import nn
 from hetrl import checkpoint
 from hetrl.algos.networks import ACTORQ_POLICY_HIDDEN, Actor, nature_cnn
 from hetrl.evaluation import ptq_metrics, ptq_returns
-from hetrl.quant import QuantSpec, compress_state_dict, payload_bytes, quantize_policy
+from hetrl.quant import (QuantSpec, compress_state_dict, load_into, payload_bytes,
+                         quantize_policy)
 
 warnings.filterwarnings("ignore", category=UserWarning)
 
@@ -117,6 +121,22 @@ def inference(args: argparse.Namespace) -> None:
           + ", ".join(f"{n} {b / 1e6:.2f} MB" for n, b in buffers.items())
           + f"; int8 is {buffers['fp32 state dict'] / buffers['q_c int8 payload']:.2f}x smaller"
           f" (tensor data: {raw / 1e6:.2f} MB fp32)")
+
+    print("\n== a pull's load into the 3x2048 policy's copy, 1 thread (median ms) ==")
+    learner_policy = Actor(24, ACTORQ_POLICY_HIDDEN, box)  # the weights a pull brings
+    contenders = {"fp32": lambda: actor.load_state_dict(learner_policy.state_dict())}
+    for name, spec in SPECS.items():
+        copy = quantize_policy(actor, spec)
+        contenders[f"{name} in place"] = lambda copy=copy: load_into(copy, learner_policy)
+        contenders[f"{name} new copy"] = lambda spec=spec: quantize_policy(learner_policy, spec)
+    times = time_calls(contenders, args.repeats, args.min_run_time)
+    rows = []
+    for name in SPECS:
+        in_place, new_copy = times[f"{name} in place"], times[f"{name} new copy"]
+        rows.append((name, f"{in_place * 1e3:.1f}", f"{new_copy * 1e3:.1f}",
+                     f"{new_copy / in_place:.2f}x", f"{in_place / times['fp32']:.1f}x"))
+    table(["actor", "load_into (in place)", "quantize_policy (a new copy)", "in place speedup",
+           "vs fp32 load_state_dict"], rows)
 
 
 # ---- 2. PTQ reward error --------------------------------------------------------------------

@@ -15,8 +15,8 @@ from hetrl.algos.base import Batch
 from hetrl.algos.networks import mlp
 from hetrl.config.errors import ConfigError
 from hetrl.quant import (QuantSpec, compress_state_dict, decompress_state_dict, dequantize_affine,
-                         fake_quant_ste, paper_fake_quant, paper_scale, payload_bytes,
-                         quantize_affine, quantize_policy)
+                         fake_quant_ste, load_into, paper_fake_quant, paper_scale,
+                         payload_bytes, quantize_affine, quantize_policy)
 from hetrl.validation import validate
 
 
@@ -76,7 +76,7 @@ def test_int8_kernel_agrees_with_fp32_within_the_quantization_bound():
     torch.manual_seed(0)
     layer = nn.Linear(64, 32)
     x = torch.randn(6, 64) * 3
-    q = quantize_policy(nn.Sequential(layer), QuantSpec("int8", "kernel"))[0]
+    q = quantize_policy(nn.Sequential(layer), QuantSpec("int8", "kernel"))[0].gemm
     assert isinstance(q, torch.ao.nn.quantized.dynamic.Linear)
     assert q.weight().dtype == torch.qint8  # real int8 weights, not fake quant
     error = (q(x) - layer(x)).abs()
@@ -126,6 +126,41 @@ def test_fp16_copy_rounds_weights_and_inputs_through_half():
     torch.testing.assert_close(copy(x), h, rtol=1e-5, atol=1e-6)
     assert not torch.equal(copy(x), net(x))
     assert torch.equal(quantize_policy(net, QuantSpec("fp32"))(x), net(x))
+
+
+class _ConvPolicy(nn.Module):
+    """A conv layer, a linear head and a buffer outside both."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3, padding=1)
+        self.head = nn.Sequential(nn.ReLU(), nn.Flatten(), nn.Linear(4 * 5 * 5, 3))
+        self.register_buffer("scale", torch.ones(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.conv(x)) * self.scale
+
+
+SPECS = [QuantSpec("fp16"), QuantSpec("int8", "paper", True), QuantSpec("int8", "paper", False),
+         QuantSpec("int8", "kernel", True), QuantSpec("int8", "kernel", False),
+         QuantSpec("int8", "paper", bits=4)]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=str)
+def test_a_pull_loads_new_weights_into_the_copy_in_place_as_a_new_copy_would(spec):
+    torch.manual_seed(0)
+    net, x = _ConvPolicy(), torch.randn(5, 2, 5, 5)
+    copy = quantize_policy(net, spec)
+    modules = list(copy.modules())
+    with torch.no_grad():  # the learner's next weights
+        for p in net.parameters():
+            p.mul_(1.5).add_(0.1 * torch.randn_like(p))
+        net.scale.fill_(2.0)
+    fresh = quantize_policy(net, spec)(x)
+    assert not torch.equal(copy(x), fresh)
+    load_into(copy, net)
+    assert torch.equal(copy(x), fresh)
+    assert list(copy.modules()) == modules  # repacked in place, no layer rebuilt
 
 
 def test_policy_copy_keeps_the_module_and_leaves_the_original_alone():

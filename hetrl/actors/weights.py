@@ -4,7 +4,8 @@ The learner publishes its fp32 policy as a serialized state dict (the smallest m
 in the paper). With `quantize_on=learner` (q_c) the floating tensors are quantized before they
 leave (8 bits for int8 actors, 16 for fp16: hetrl.quant's compressed payload, 4× / 2×
 smaller); with `quantize_on=actor` (q) they travel in fp32 and only the actor quantizes.
-Either way the actor turns what it receives into its inference copy with `quantize_policy`.
+Either way the actor loads what it receives into its inference copy (made once by
+`quantize_policy`; at each pull `load_into` repacks its quantized layers in place).
 """
 
 from __future__ import annotations

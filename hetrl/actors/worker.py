@@ -19,7 +19,7 @@ import torch
 
 from hetrl.actors.weights import deserialize
 from hetrl.algos.base import Learner
-from hetrl.quant import QuantSpec, quantize_policy
+from hetrl.quant import QuantSpec, load_into, quantize_policy
 from hetrl.scheduler.collect import env_step
 from hetrl.scheduler.state import PhaseTimer
 from hetrl.seeding import seed_everything
@@ -85,7 +85,7 @@ class ActorWorker:
         loaded = perf_counter()
         self.shadow.load_state_dict(state_dict)
         if self.spec.quantized:  # repacking into quantized layers: part of the load
-            self.policy = quantize_policy(self.shadow, self.spec)
+            load_into(self.policy, self.shadow)
         done = perf_counter()
         return {"deserialize_s": loaded - start, "load_state_dict_s": done - loaded,
                 "comm_bytes": float(len(payload))}
@@ -103,7 +103,7 @@ class ActorWorker:
         loaded = perf_counter()
         unflatten_into(self.shadow, flat)
         if self.spec.quantized:
-            self.policy = quantize_policy(self.shadow, self.spec)
+            load_into(self.policy, self.shadow)
         return {"deserialize_s": loaded - start, "load_state_dict_s": perf_counter() - loaded,
                 "comm_bytes": float(flat.numel() * 4), "pulls": 1.0}
 

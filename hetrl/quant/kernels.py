@@ -23,7 +23,7 @@ import torch.ao.nn.quantized.dynamic as nnqd
 import torch.nn.functional as F
 from torch import nn
 
-from hetrl.quant.quantizers import quantize_affine
+from hetrl.quant.quantizers import affine_params
 
 
 @contextmanager
@@ -44,29 +44,41 @@ def _engine() -> None:
 
 def _qint8_weight(weight: torch.Tensor, per_channel: bool) -> torch.Tensor:
     w = weight.detach().float().cpu()
-    q = quantize_affine(w, bits=8, per_channel=per_channel, symmetric=True)
+    scale, zero_point = affine_params(w, bits=8, per_channel=per_channel, symmetric=True)
     if per_channel:
-        return torch.quantize_per_channel(w, q.scale.flatten().double(),
-                                          q.zero_point.flatten().long(), 0, torch.qint8)
-    return torch.quantize_per_tensor(w, float(q.scale), 0, torch.qint8)
+        return torch.quantize_per_channel(w, scale.flatten().double(),
+                                          zero_point.flatten().long(), 0, torch.qint8)
+    return torch.quantize_per_tensor(w, float(scale), 0, torch.qint8)
 
 
 def _bias(layer: nn.Module) -> torch.Tensor | None:
     return None if layer.bias is None else layer.bias.detach().float().cpu()
 
 
-def _int8_gemm(weight: torch.Tensor, bias: torch.Tensor | None, per_channel: bool) -> nn.Module:
+def _gemm(layer: nn.Module, dtype: torch.dtype) -> nnqd.Linear:
+    """An fbgemm GEMM (torch.ao's dynamic quantized Linear) shaped for `layer`'s weight as
+    a matrix; its weights are packed by a `load`."""
     _engine()
-    out_features, in_features = weight.shape
+    out_features, in_features = layer.weight.shape[0], layer.weight[0].numel()
     with _quiet():
-        out = nnqd.Linear(in_features, out_features, bias_=bias is not None, dtype=torch.qint8)
-        out.set_weight_bias(_qint8_weight(weight, per_channel), bias)
-    return out
+        return nnqd.Linear(in_features, out_features, bias_=layer.bias is not None, dtype=dtype)
 
 
-def int8_linear(layer: nn.Linear) -> nn.Module:
+class Int8Linear(nn.Module):
     """A real int8 Linear (per-tensor symmetric weights, dynamic per-tensor inputs)."""
-    return _int8_gemm(layer.weight.detach(), _bias(layer), per_channel=False)
+
+    def __init__(self, layer: nn.Linear) -> None:
+        super().__init__()
+        self.gemm = _gemm(layer, torch.qint8)
+        self.load(layer)
+
+    def load(self, layer: nn.Linear) -> None:
+        """Quantize and pack `layer`'s current weights (in place: a pull's repack)."""
+        with _quiet():
+            self.gemm.set_weight_bias(_qint8_weight(layer.weight, False), _bias(layer))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gemm(x)
 
 
 class Int8Conv2d(nn.Module):
@@ -78,10 +90,19 @@ class Int8Conv2d(nn.Module):
             raise ValueError(f"int8 kernels take Conv2d with groups=1, numeric zero padding: "
                              f"got groups={layer.groups}, padding={layer.padding!r}, "
                              f"padding_mode={layer.padding_mode!r}")
-        weight = layer.weight.detach()
-        self.gemm = _int8_gemm(weight.reshape(weight.shape[0], -1), _bias(layer), per_channel)
+        self.per_channel = per_channel
+        self.gemm = _gemm(layer, torch.qint8)
         self.kernel_size, self.stride = layer.kernel_size, layer.stride
         self.padding, self.dilation = layer.padding, layer.dilation
+        self.load(layer)
+
+    def load(self, layer: nn.Conv2d) -> None:
+        """Quantize and pack `layer`'s current weights (in place: a pull's repack)."""
+        weight = layer.weight.detach()
+        with _quiet():
+            self.gemm.set_weight_bias(
+                _qint8_weight(weight.reshape(weight.shape[0], -1), self.per_channel),
+                _bias(layer))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, _, h, w = x.shape
@@ -102,11 +123,17 @@ def int8_conv(layer: nn.Module, per_channel: bool) -> nn.Module:
     return Int8Conv2d(layer, per_channel)
 
 
-def fp16_linear(layer: nn.Linear) -> nn.Module:
+class Fp16Linear(nn.Module):
     """A Linear with fp16 weights on fbgemm's fp16 GEMM (fp32 accumulation)."""
-    _engine()
-    out = nnqd.Linear(layer.in_features, layer.out_features, bias_=layer.bias is not None,
-                      dtype=torch.float16)
-    out.set_weight_bias(layer.weight.detach().float().cpu(), _bias(layer))
-    return out
 
+    def __init__(self, layer: nn.Linear) -> None:
+        super().__init__()
+        self.gemm = _gemm(layer, torch.float16)
+        self.load(layer)
+
+    def load(self, layer: nn.Linear) -> None:
+        """Pack `layer`'s current weights in fp16 (in place: a pull's repack)."""
+        self.gemm.set_weight_bias(layer.weight.detach().float().cpu(), _bias(layer))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gemm(x)

@@ -33,30 +33,41 @@ LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 CONV_FNS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
+Quantizer = Callable[[torch.Tensor], torch.Tensor]
+
+
 def round_half(x: torch.Tensor) -> torch.Tensor:
     """x rounded to the nearest IEEE half, back in x's dtype."""
     return x.half().to(x.dtype)
 
 
 class FakeQuantLayer(nn.Module):
-    """A Linear or Conv layer computing in float on a given (quantized) weight and on its
-    input passed through `quantize_input`."""
+    """A Linear or Conv layer computing in float on its weight passed through
+    `quantize_weight` and on its input passed through `quantize_input`."""
 
-    def __init__(self, layer: nn.Module, weight: torch.Tensor,
-                 quantize_input: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def __init__(self, layer: nn.Module, quantize_weight: Quantizer,
+                 quantize_input: Quantizer) -> None:
         super().__init__()
-        self.register_buffer("weight", weight.detach().clone())
-        self.register_buffer("bias", None if layer.bias is None else layer.bias.detach().clone())
-        self.quantize_input = quantize_input
+        self.quantize_weight, self.quantize_input = quantize_weight, quantize_input
+        self.register_buffer("weight", torch.empty_like(layer.weight))
+        self.register_buffer("bias", None if layer.bias is None else torch.empty_like(layer.bias))
+        self.load(layer)
         if isinstance(layer, nn.Linear):
             self.fn, self.kwargs = F.linear, {}
         else:
             if layer.padding_mode != "zeros":
                 raise ValueError(f"padding_mode={layer.padding_mode!r} is not supported: "
                                  "valid values are ['zeros']")
-            self.fn = CONV_FNS[weight.dim() - 2]
+            self.fn = CONV_FNS[layer.weight.dim() - 2]
             self.kwargs = {"stride": layer.stride, "padding": layer.padding,
                            "dilation": layer.dilation, "groups": layer.groups}
+
+    @torch.no_grad()
+    def load(self, layer: nn.Module) -> None:
+        """Quantize `layer`'s current weights into this one (in place: a pull's load)."""
+        self.weight.copy_(self.quantize_weight(layer.weight.detach()))
+        if self.bias is not None:
+            self.bias.copy_(layer.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fn(self.quantize_input(x), self.weight, self.bias, **self.kwargs)
@@ -65,9 +76,12 @@ class FakeQuantLayer(nn.Module):
 class Fp16Input(nn.Module):
     """Rounds the input through half precision, then runs `layer` (fp16 weights)."""
 
-    def __init__(self, layer: nn.Module) -> None:
+    def __init__(self, layer: kernels.Fp16Linear) -> None:
         super().__init__()
         self.layer = layer
+
+    def load(self, layer: nn.Linear) -> None:
+        self.layer.load(layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layer(round_half(x))
@@ -80,23 +94,28 @@ class OnCpu(nn.Module):
         super().__init__()
         self.layer = layer
 
+    def load(self, layer: nn.Module) -> None:
+        self.layer.load(layer)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layer(x.cpu()).to(x.device)
 
 
 def quantize_layer(layer: nn.Module, spec: QuantSpec) -> nn.Module:
-    """One Linear or Conv layer in the spec's precision (see the module docstring)."""
+    """One Linear or Conv layer in the spec's precision (see the module docstring); it has a
+    `load(layer)` that takes new weights of the same shape in place."""
     conv = not isinstance(layer, nn.Linear)
-    weight = layer.weight.detach()
+    cpu = layer.weight.device.type == "cpu"
     if spec.precision == ActorPrecision.fp16:
-        if conv or weight.device.type != "cpu":
-            return FakeQuantLayer(layer, round_half(weight), round_half)
-        return Fp16Input(kernels.fp16_linear(layer))
+        if conv or not cpu:
+            return FakeQuantLayer(layer, round_half, round_half)
+        return Fp16Input(kernels.Fp16Linear(layer))
     if spec.int8_mode == Int8Mode.kernel:
-        real = kernels.int8_conv(layer, spec.per_channel) if conv else kernels.int8_linear(layer)
-        return real if weight.device.type == "cpu" else OnCpu(real)
-    fake_weight = paper_fake_quant(weight, spec.bits, spec.per_channel and conv)
-    return FakeQuantLayer(layer, fake_weight, partial(paper_fake_quant, bits=spec.bits))
+        real = kernels.int8_conv(layer, spec.per_channel) if conv else kernels.Int8Linear(layer)
+        return real if cpu else OnCpu(real)
+    return FakeQuantLayer(layer, partial(paper_fake_quant, bits=spec.bits,
+                                         per_channel=spec.per_channel and conv),
+                          partial(paper_fake_quant, bits=spec.bits))
 
 
 def quantize_policy(module: nn.Module, spec: QuantSpec) -> nn.Module:
@@ -108,6 +127,23 @@ def quantize_policy(module: nn.Module, spec: QuantSpec) -> nn.Module:
     if spec.quantized:
         _replace_layers(out, spec)
     return out
+
+
+@torch.no_grad()
+def load_into(policy: nn.Module, module: nn.Module) -> None:
+    """Give `policy`, a `quantize_policy` copy of a module shaped as `module`, `module`'s
+    current weights in place: each quantized layer re-quantized (its GEMM repacked, not
+    rebuilt), every other parameter and buffer copied. An actor's pull: it computes what a
+    new `quantize_policy(module, spec)` would, without building one."""
+    for name, source in module.named_children():
+        target = getattr(policy, name)
+        if isinstance(source, LAYERS) and not isinstance(target, LAYERS):
+            target.load(source)
+        else:
+            load_into(target, source)
+    for key, value in (*module.named_parameters(recurse=False),
+                       *module.named_buffers(recurse=False)):
+        getattr(policy, key).copy_(value)
 
 
 def _replace_layers(parent: nn.Module, spec: QuantSpec) -> None:

@@ -70,6 +70,26 @@ class QTensor(NamedTuple):
     zero_point: torch.Tensor  # int32
 
 
+def _code_range(bits: int) -> tuple[int, int]:
+    """The smallest and largest signed `bits`-bit code."""
+    if not 2 <= bits <= 8:
+        raise ValueError(f"bits={bits!r} is invalid: valid values are integers in [2, 8]")
+    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+
+def affine_params(w: torch.Tensor, bits: int = 8, per_channel: bool = False,
+                  symmetric: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scale (in w's dtype) and integer zero-point of `quantize_affine`, without its
+    codes (what a kernel that quantizes on its own needs)."""
+    qmin, qmax = _code_range(bits)
+    lo, hi = _range(w, per_channel)
+    if symmetric:
+        scale = _nonzero(torch.maximum(-lo, hi) / qmax)
+        return scale, torch.zeros_like(scale, dtype=torch.int32)
+    scale = _nonzero((hi - lo) / (qmax - qmin))
+    return scale, (qmin - torch.floor(lo / scale + 0.5)).to(torch.int32)
+
+
 def quantize_affine(w: torch.Tensor, bits: int = 8, per_channel: bool = False,
                     symmetric: bool = False) -> QTensor:
     """Standard clamped affine quantization to signed `bits`-bit codes.
@@ -78,16 +98,8 @@ def quantize_affine(w: torch.Tensor, bits: int = 8, per_channel: bool = False,
     integer, so 0 is exact, every element lies within the code range and the round trip is
     off by at most δ/2. `symmetric` uses ±max|W| and zero-point 0 (int8 kernel weights).
     """
-    if not 2 <= bits <= 8:
-        raise ValueError(f"bits={bits!r} is invalid: valid values are integers in [2, 8]")
-    qmin, qmax = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
-    lo, hi = _range(w, per_channel)
-    if symmetric:
-        scale = _nonzero(torch.maximum(-lo, hi) / qmax)
-        zero_point = torch.zeros_like(scale, dtype=torch.int32)
-    else:
-        scale = _nonzero((hi - lo) / (qmax - qmin))
-        zero_point = (qmin - torch.floor(lo / scale + 0.5)).to(torch.int32)
+    scale, zero_point = affine_params(w, bits, per_channel, symmetric)
+    qmin, qmax = _code_range(bits)
     # floor(x + 1/2) commutes with adding the integer zero-point, so no code is clamped
     codes = torch.clamp(torch.floor(w.detach() / scale + 0.5) + zero_point, qmin, qmax)
     return QTensor(codes.to(torch.int8), scale.float(), zero_point)
