@@ -106,5 +106,6 @@ def quantize_affine(w: torch.Tensor, bits: int = 8, per_channel: bool = False,
 
 
 def dequantize_affine(q: QTensor) -> torch.Tensor:
-    """(codes - zero_point) · scale, in float32."""
-    return (q.codes.to(torch.int32) - q.zero_point).float() * q.scale
+    """(codes - zero_point) · scale, in float32 (the difference, a small integer, is exact in
+    float32: one new tensor, updated in place)."""
+    return q.codes.float().sub_(q.zero_point).mul_(q.scale)
