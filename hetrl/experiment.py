@@ -20,7 +20,7 @@ from hetrl.config.errors import ConfigError, require, unwrapped
 from hetrl.envs.state import env_state, load_env_state
 from hetrl.evaluation import Evaluator, ptq_reward_error
 from hetrl.faults import Fault, Stopped, StopRequest
-from hetrl.options import GROUPS, group_options
+from hetrl.options import GROUPS, group_options, typed_config
 from hetrl.partition.planning import figures_json
 from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
@@ -144,7 +144,7 @@ def _resumed_config(saved: dict[str, Any], composed: DictConfig, choices: Mappin
                     overrides: Sequence[str]) -> DictConfig:
     """The checkpoint's config with the command line's RESUME_OVERRIDES applied (taken from
     the composed config); any other override that changes the job is a ConfigError."""
-    cfg = OmegaConf.create(saved["config"])
+    cfg = typed_config(saved["config"], saved["choices"])
     applied, refused = [], []
     for override in overrides:
         key = override.split("=", 1)[0].lstrip("+~")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cache
+from typing import Any, Mapping
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
@@ -52,7 +53,27 @@ def option_yaml(group: str, name: str) -> DictConfig:
 def option_schema(group: str, name: str) -> str:
     """The ConfigStore path of the option's schema (`schema/<group>/<name>`), the first
     entry of its defaults list."""
-    return option_yaml(group, name).defaults[0].split("@")[0].removeprefix("/")
+    return _schema_entry(group, name)[0]
+
+
+def _schema_entry(group: str, name: str) -> tuple[str, str]:
+    """The option's schema path and the key of the node it types (`/schema/...@_here_`: the
+    group's node; `@selfplay`: the run's `selfplay` node)."""
+    path, _, package = option_yaml(group, name).defaults[0].partition("@")
+    return path.removeprefix("/"), group if package in ("", "_here_") else package
+
+
+def typed_config(config: Mapping[str, Any], choices: Mapping[str, str]) -> DictConfig:
+    """A job config kept as plain data (a checkpoint's) under the schemas it was composed
+    with: the run's schema, then each group's node merged onto its chosen option's schema, as
+    composing does. So it validates and instantiates as the composed config did (a modeled
+    platform's devices and links are dataclasses again, not dicts)."""
+    store = ConfigStore.instance()
+    cfg = OmegaConf.merge(store.load("run_schema.yaml").node, config)
+    for group in GROUPS:
+        path, key = _schema_entry(group, choices[group])
+        cfg[key] = OmegaConf.merge(store.load(f"{path}.yaml").node, cfg[key])
+    return cfg
 
 
 def composed_option(group: str, name: str) -> DictConfig:

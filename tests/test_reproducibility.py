@@ -7,10 +7,12 @@ import subprocess
 import sys
 import time
 
-from helpers import hetrl_cli, metric_history, mlflow_runs, run_job, tracking_uri
+import pytest
+from helpers import compose_job, hetrl_cli, metric_history, mlflow_runs, run_job, tracking_uri
 from mlflow.tracking import MlflowClient
 
-from hetrl import checkpoint
+from hetrl import checkpoint, experiment
+from hetrl.options import group_options
 
 JOB = ("algo=dqn", "env=cartpole", "steps=10000", "algo.learning_starts=500", "algo.train_freq=4",
        "algo.gradient_steps=1", "algo.target_update_interval=100", "log_every=500")
@@ -132,3 +134,16 @@ def test_resume_applies_a_longer_budget_and_a_moved_store_and_refuses_the_rest(t
     assert run.info.status == "FINISHED" and run.data.metrics["updates"] > first["updates"]
     steps = [m.step for m in client.get_metric_history(first["run_id"], "sps")]
     assert steps == [250, 500, 750, 1000, 1250, 1500]
+
+
+@pytest.mark.parametrize("platform", group_options("platform"))
+def test_a_job_resumes_on_every_platform(tmp_path, platform):
+    """The saved config is rebuilt with its schemas (a modeled platform's devices and links
+    are instantiated as their dataclasses), so a job planned on any platform goes on."""
+    first = run_job(tmp_path, "algo=dqn", f"platform={platform}", "precision=mixed",
+                    "steps=300", "algo.learning_starts=100", "log_every=100")
+    cfg, choices = compose_job(f"tracking.uri={tracking_uri(tmp_path)}",
+                               f"resume={tmp_path / 'job0'}", "steps=600")
+    resumed = experiment.run(cfg, choices, tmp_path / "job0", overrides=["steps=600"])
+    assert resumed["run_id"] == first["run_id"]
+    assert resumed["updates"] > first["updates"]  # the tuned DQN trains every 256 env steps
