@@ -27,7 +27,7 @@ from hetrl.algos.base import Learner
 from hetrl.config.errors import ConfigError, unwrapped
 from hetrl.partition.planning import StepPlan, plan_measured_step, plan_step
 from hetrl.partition.costs import Plan
-from hetrl.platform.host import HostPlatform, cpu_name
+from hetrl.platform.host import HostPlatform, cpu_name, uniform_dtypes
 from hetrl.platform.measure import compare_updates
 from hetrl.platform.model import ModeledPlatform
 from hetrl.precision.base import Precision
@@ -161,28 +161,32 @@ def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan, a
                   platform: HostPlatform, spaces: dict[str, gym.Space]) -> Plan:
     """Time whole updates of copies of the learner in this precision and in float32, in
     turns (`StepPlan.update_s`, logged as `host/speedup_vs_fp32`). A per-layer plan (mixed)
-    that measured slower than float32 falls back to float32 everywhere; a uniform 16-bit
+    is timed beside every layer in each 16-bit dtype the device has instructions for, and
+    the fastest of them and float32 is applied: the per-layer choice is made from each
+    layer's passes timed alone, and what it leaves out (a cast at each dtype boundary, a
+    region per layer) can make it slower than one dtype throughout. A uniform 16-bit
     precision that measured slower warns with the slowdown. Returns the plan to apply."""
     device = platform.device
-
-    def timed(plan: Plan) -> dict[str, float]:
-        ours, fp32 = copy.deepcopy(learner), copy.deepcopy(learner)
-        precision.apply(ours, step_plan.graph, plan, platform)
-        return compare_updates({"precision": ours, "float32": fp32},
-                               {"precision": precision.autocast(device),
-                                "float32": contextlib.nullcontext()}, **spaces, device=device)
-
-    step_plan.update_s = timed(applied)
-    slowdown = step_plan.update_s["precision"] / step_plan.update_s["float32"]
     if applied.dtypes is not None and len(_host_dtypes(precision)) > 1:  # per layer: mixed
-        if slowdown > 1.0 and set(applied.dtypes) != {"float32"}:
-            log.info("the measured per-layer dtypes (%s) made an update %.2fx slower than "
-                     "float32 on %s: every layer computes in float32",
-                     ", ".join(sorted(set(applied.dtypes))), slowdown, cpu_name())
-            applied = replace(applied, dtypes=["float32"] * len(applied.dtypes))
+        plans = {"per layer": applied} | {
+            dtype: replace(applied, dtypes=uniform_dtypes(step_plan.graph, dtype))
+            for dtype in _host_dtypes(precision)
+            if dtype != "float32" and not emulates(device.type, getattr(torch, dtype))}
+        seconds = _timed_updates(learner, precision, step_plan, plans, platform, spaces)
+        best = min(seconds, key=seconds.get)
+        applied = plans.get(best, replace(applied, dtypes=["float32"] * len(applied.dtypes)))
+        log.info("precision=mixed on %s: %s (an update %.2f ms; float32 %.2f ms; %s)",
+                 cpu_name() if device.type == "cpu" else torch.cuda.get_device_name(device),
+                 best if best == "per layer" else f"every layer in {best}",
+                 1e3 * seconds[best], 1e3 * seconds["float32"],
+                 ", ".join(f"{name} {1e3 * s:.2f} ms" for name, s in seconds.items()))
+        if best != "per layer":
             step_plan.plan.dtypes = list(applied.dtypes)
-            step_plan.update_s = timed(applied)
+        step_plan.update_s = {"precision": seconds[best], "float32": seconds["float32"]}
         return applied
+    step_plan.update_s = _timed_updates(learner, precision, step_plan, {"precision": applied},
+                                        platform, spaces)
+    slowdown = step_plan.update_s["precision"] / step_plan.update_s["float32"]
     if slowdown > 1.0:
         (dtype,) = _host_dtypes(precision)
         where = cpu_name() if device.type == "cpu" else torch.cuda.get_device_name(device)
@@ -195,6 +199,19 @@ def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan, a
             f": the CPU has no {dtype} instructions, so its numerics are emulated by rounding "
             "in float32" if emulated else "")
     return applied
+
+
+def _timed_updates(learner: Learner, precision: Precision, step_plan: StepPlan,
+                   plans: dict[str, Plan], platform: HostPlatform,
+                   spaces: dict[str, gym.Space]) -> dict[str, float]:
+    """Seconds of one whole update of a copy of the learner under each of `plans` (the
+    precision applied) and of one in float32 ("float32"), measured in turns."""
+    learners = {name: copy.deepcopy(learner) for name in [*plans, "float32"]}
+    for name, plan in plans.items():
+        precision.apply(learners[name], step_plan.graph, plan, platform)
+    contexts = {name: precision.autocast(platform.device) for name in plans}
+    return compare_updates(learners, contexts | {"float32": contextlib.nullcontext()}, **spaces,
+                           device=platform.device)
 
 
 def _plan(cfg: DictConfig, learner: Learner, platform: HostPlatform | ModeledPlatform,

@@ -13,6 +13,7 @@ from test_planning import strict_json
 
 from hetrl.partition.graph import Kind, Pass
 from hetrl.platform.measure import measure_step
+from hetrl.precision.native import emulates
 from hetrl.seeding import rng_states
 
 
@@ -144,19 +145,74 @@ def test_the_mixed_plan_applies_its_measured_dtypes_per_layer():
     out = learner.critic(obs, learner.actor(obs))
     assert seen == {"actor": torch.float32, "critic": torch.bfloat16}
     assert out.dtype == torch.float32 and learner.scaler is None  # no float16: no loss scaling
-    assert torch.equal(twin.critic(obs, twin.actor(obs)), out)
-    assert computed_dtype(twin.critic.net[0](torch.zeros(4, 4))) == torch.bfloat16
+    assert computed_dtype(out) == torch.bfloat16
+    assert torch.equal(twin.critic(obs, twin.actor(obs)), out)  # the twin's hooks, too
 
 
-def test_a_mixed_plan_slower_than_float32_falls_back_to_float32(monkeypatch):
+def _mixed_job_timed(monkeypatch, ms: dict[str, float]):
+    """A precision=mixed DDPG job built where a whole update of each candidate measured
+    `ms[name]` milliseconds (the per-layer plan, each dtype throughout, float32); the
+    learners timed, by name."""
     import hetrl.build
 
-    monkeypatch.setattr(hetrl.build, "compare_updates",
-                        lambda learners, *a, **k: {"precision": 0.02, "float32": 0.01})
+    timed = {}
+
+    def compare_updates(learners, *args, **kwargs):
+        timed.update(learners)
+        return {name: ms[name] / 1e3 for name in learners}
+
+    monkeypatch.setattr(hetrl.build, "compare_updates", compare_updates)
     c = build_job("algo=ddpg", "env=pendulum", "algo.hidden=[8,8]", "precision=mixed",
                   plan=True)
     c.envs.close()
+    return c, timed
+
+
+def _layer_dtypes(step) -> set[str]:
+    return {d for n, d in zip(step.graph.nodes, step.plan.dtypes)
+            if n.kind is not Kind.loss and n.pass_ is not Pass.update}
+
+
+def test_a_mixed_plan_slower_than_float32_falls_back_to_float32(monkeypatch):
+    c, _ = _mixed_job_timed(monkeypatch, {"per layer": 20, "bfloat16": 30, "float16": 30,
+                                          "float32": 10})
     assert set(c.step_plan.plan.dtypes) == {"float32"}
+    metrics = c.step_plan.metrics(c.learner.batch_size)
+    assert metrics["host/speedup_vs_fp32"] == 1.0  # the same computation as float32's
+    assert not any(hook for m in c.learner.critic.modules() for hook in
+                   (m._forward_pre_hooks, m._forward_hooks))  # nothing to cast
+
+
+def test_mixed_computes_in_one_dtype_throughout_where_that_measured_fastest(monkeypatch):
+    """The per-layer choice times each layer alone; the whole update in one 16-bit dtype
+    (no casts between layers) is timed beside it, and wins where it is faster."""
+    c, timed = _mixed_job_timed(monkeypatch, {"per layer": 9, "bfloat16": 8, "float16": 12,
+                                              "float32": 10})
+    natives = [d for d in ("bfloat16", "float16") if not emulates("cpu", getattr(torch, d))]
+    assert set(timed) == {"per layer", *natives, "float32"}
+    if "bfloat16" not in natives:
+        pytest.skip("this CPU has no bfloat16 instructions: no bfloat16 candidate")
+    assert _layer_dtypes(c.step_plan) == {"bfloat16"}
+    updates = {d for n, d in zip(c.step_plan.graph.nodes, c.step_plan.plan.dtypes)
+               if n.kind is Kind.loss or n.pass_ is Pass.update}
+    assert updates == {"float32"}  # the loss and the fp32 master weights' steps
+    metrics = c.step_plan.metrics(c.learner.batch_size)
+    assert metrics["host/speedup_vs_fp32"] == pytest.approx(10 / 8)
+    obs = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    out = c.learner.critic(obs, c.learner.actor(obs))
+    assert computed_dtype(out) == torch.bfloat16 and out.dtype == torch.float32
+    # one region around each network, no hooks on its layers
+    assert all(not m._forward_pre_hooks for m in c.learner.critic.net)
+    assert c.learner.scaler is None  # no float16: no loss scaling
+
+
+def test_mixed_keeps_the_per_layer_plan_where_it_measured_fastest(monkeypatch):
+    c, _ = _mixed_job_timed(monkeypatch, {"per layer": 7, "bfloat16": 8, "float16": 12,
+                                          "float32": 10})
+    per_layer = c.step_plan.costs.dtypes  # as measured on the host's one device
+    assert c.step_plan.plan.dtypes == [row[0] for row in per_layer]
+    assert c.step_plan.metrics(c.learner.batch_size)["host/speedup_vs_fp32"] == pytest.approx(
+        10 / 7)
 
 
 def test_a_16_bit_precision_slower_than_float32_warns_with_the_measured_slowdown(monkeypatch,

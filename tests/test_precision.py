@@ -44,6 +44,21 @@ def test_each_layer_computes_in_its_dtype_and_gradients_stay_fp32():
     assert all(p.grad.dtype == torch.float32 for p in net.parameters())
 
 
+def test_a_network_in_one_dtype_computes_in_one_region():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    x = torch.randn(5, 4)
+    with precision_native.compute_in("cpu", torch.bfloat16):
+        reference = net(x).float()
+    compute_layers_in(net, {"0": torch.bfloat16, "1": torch.bfloat16, "2": torch.bfloat16})
+    assert not any(layer._forward_pre_hooks or layer._forward_hooks for layer in net)
+    out = net(x)
+    assert out.dtype == torch.float32 and computed_dtype(out) == torch.bfloat16
+    assert torch.equal(out, reference) and not torch.is_autocast_enabled("cpu")
+    out.sum().backward()
+    assert all(p.grad.dtype == torch.float32 for p in net.parameters())
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_rounded_compute_is_autocasts_numerics(dtype: torch.dtype):
     """The emulation a CPU without `dtype` instructions runs: results and the gradients

@@ -148,6 +148,13 @@ def per_layer_dtypes(graph: TaskGraph, by_dtype: Mapping[str, np.ndarray],
     return seconds, chosen
 
 
+def uniform_dtypes(graph: TaskGraph, dtype: str) -> list[str]:
+    """Per node, the dtype it computes in when every layer pass computes in `dtype`: the
+    loss and optimizer nodes in float32, as in `per_layer_dtypes`."""
+    return [dtype if node.kind is not Kind.loss and node.pass_ in (Pass.forward, Pass.backward)
+            else "float32" for node in graph.nodes]
+
+
 def _copy_seconds_per_byte(nbytes: int = 1 << 24, repeats: int = 5) -> float:
     """Host -> GPU copy time per byte, measured on pinned memory (the best of `repeats`)."""
     src = torch.empty(nbytes, dtype=torch.uint8).pin_memory()

@@ -20,10 +20,16 @@ from hetrl.precision.native import compute_in
 
 
 def compute_layers_in(network: nn.Module, dtypes: Mapping[str, torch.dtype]) -> None:
-    """Install hooks so that `network`'s submodule `name` computes in `dtypes[name]`. The
-    hooks are module-level functions and picklable objects, so the network still pickles
-    whole (an actor pool's processes get a copy of the learner)."""
+    """Install hooks so that `network`'s submodule `name` computes in `dtypes[name]` (the
+    network as a whole where all its leaf layers share one dtype). The hooks are
+    module-level functions and picklable objects, so the network still pickles whole (an
+    actor pool's processes get a copy of the learner)."""
     device_type = next(network.parameters()).device.type
+    leaves = {name for name, m in network.named_modules() if not any(m.children())}
+    if len(set(dtypes.values())) == 1 and leaves <= dtypes.keys():
+        # one dtype throughout: one context around the network (a region per layer costs
+        # a hook pair each, and each of its casts back to float32 one more)
+        dtypes = {"": next(iter(dtypes.values()))}
     for name, layer in network.named_modules():
         dtype = dtypes.get(name)
         if dtype is None:
