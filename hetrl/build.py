@@ -205,13 +205,14 @@ def _timed_updates(learner: Learner, precision: Precision, step_plan: StepPlan,
                    plans: dict[str, Plan], platform: HostPlatform,
                    spaces: dict[str, gym.Space]) -> dict[str, float]:
     """Seconds of one whole update of a copy of the learner under each of `plans` (the
-    precision applied) and of one in float32 ("float32"), measured in turns."""
+    precision applied) and of one in float32 ("float32"), measured in turns (the median of
+    20, after 5 that warm the allocator and the kernels' caches up)."""
     learners = {name: copy.deepcopy(learner) for name in [*plans, "float32"]}
     for name, plan in plans.items():
         precision.apply(learners[name], step_plan.graph, plan, platform)
     contexts = {name: precision.autocast(platform.device) for name in plans}
     return compare_updates(learners, contexts | {"float32": contextlib.nullcontext()}, **spaces,
-                           device=platform.device)
+                           device=platform.device, warmup=5, repeats=20)
 
 
 def _plan(cfg: DictConfig, learner: Learner, platform: HostPlatform | ModeledPlatform,
