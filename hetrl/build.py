@@ -167,6 +167,7 @@ def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan, a
     region per layer) can make it slower than one dtype throughout. A uniform 16-bit
     precision that measured slower warns with the slowdown. Returns the plan to apply."""
     device = platform.device
+    where = cpu_name() if device.type == "cpu" else torch.cuda.get_device_name(device)
     if applied.dtypes is not None and len(_host_dtypes(precision)) > 1:  # per layer: mixed
         plans = {"per layer": applied} | {
             dtype: replace(applied, dtypes=uniform_dtypes(step_plan.graph, dtype))
@@ -175,8 +176,7 @@ def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan, a
         seconds = _timed_updates(learner, precision, step_plan, plans, platform, spaces)
         best = min(seconds, key=seconds.get)
         applied = plans.get(best, replace(applied, dtypes=["float32"] * len(applied.dtypes)))
-        log.info("precision=mixed on %s: %s (an update %.2f ms; float32 %.2f ms; %s)",
-                 cpu_name() if device.type == "cpu" else torch.cuda.get_device_name(device),
+        log.info("precision=mixed on %s: %s (an update %.2f ms; float32 %.2f ms; %s)", where,
                  best if best == "per layer" else f"every layer in {best}",
                  1e3 * seconds[best], 1e3 * seconds["float32"],
                  ", ".join(f"{name} {1e3 * s:.2f} ms" for name, s in seconds.items()))
@@ -189,7 +189,6 @@ def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan, a
     slowdown = step_plan.update_s["precision"] / step_plan.update_s["float32"]
     if slowdown > 1.0:
         (dtype,) = _host_dtypes(precision)
-        where = cpu_name() if device.type == "cpu" else torch.cuda.get_device_name(device)
         emulated = emulates(device.type, getattr(torch, dtype))
         log.warning(
             "%s computes an update of %s %.1fx slower than float32 on this host (measured "
