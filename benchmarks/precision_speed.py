@@ -66,7 +66,6 @@ from common import build_job, host_line, ratio, table, verdict
 from hetrl.platform.host import cpu_name
 from hetrl.platform.measure import compare_updates
 from hetrl.build import Components
-from hetrl.partition.graph import Kind, Pass
 from hetrl.precision.native import RoundedCompute, emulates
 
 WORKLOADS = {  # name: (overrides, goal of mixed on the host vs fp32 where bf16 is native)
@@ -113,8 +112,7 @@ def measured_choice(c: Components) -> str:
     """What a measured mixed plan computes its layers in: the fastest of the per-layer
     choice, each 16-bit dtype throughout and float32, timed as whole updates at build."""
     step = c.step_plan
-    layers = {d for node, d in zip(step.graph.nodes, step.plan.dtypes)
-              if node.kind is not Kind.loss and node.pass_ is not Pass.update}
+    layers = {d for node, d in zip(step.graph.nodes, step.plan.dtypes) if node.layer_pass}
     return f"{layers.pop()} throughout (measured)" if len(layers) == 1 else "per layer (measured)"
 
 

@@ -30,6 +30,12 @@ class Node:
     bytes_out: float
     param_bytes: float
 
+    @property
+    def layer_pass(self) -> bool:
+        """A layer's forward or backward pass: what computes in a layer's dtype (the loss
+        and the optimizer's update nodes compute in float32)."""
+        return self.kind is not Kind.loss and self.pass_ in (Pass.forward, Pass.backward)
+
 
 @dataclass(frozen=True)
 class Edge:

@@ -15,7 +15,7 @@ from hetrl.algos.base import Learner
 from hetrl.config.enums import Device
 from hetrl.config.errors import require
 from hetrl.partition.costs import CostTable
-from hetrl.partition.graph import Kind, Pass, TaskGraph
+from hetrl.partition.graph import Kind, TaskGraph
 from hetrl.platform.measure import measure_step
 from hetrl.precision.native import CPU_NATIVE_FLAGS, cpu_native
 
@@ -124,7 +124,7 @@ def per_layer_dtypes(graph: TaskGraph, by_dtype: Mapping[str, np.ndarray],
     chosen = [["float32"] * fp32.shape[1] for _ in graph.nodes]
     layers: dict[tuple[str, str], list[int]] = {}
     for i, node in enumerate(graph.nodes):
-        if node.kind is not Kind.loss and node.pass_ in (Pass.forward, Pass.backward):
+        if node.layer_pass:
             layers.setdefault((node.network, node.layer), []).append(i)
     # a dtype whose whole step measured slower than float32 on a device (emulated there) is
     # no candidate on it: what a lone layer seems to gain in it is noise, and a float16
@@ -151,8 +151,7 @@ def per_layer_dtypes(graph: TaskGraph, by_dtype: Mapping[str, np.ndarray],
 def uniform_dtypes(graph: TaskGraph, dtype: str) -> list[str]:
     """Per node, the dtype it computes in when every layer pass computes in `dtype`: the
     loss and optimizer nodes in float32, as in `per_layer_dtypes`."""
-    return [dtype if node.kind is not Kind.loss and node.pass_ in (Pass.forward, Pass.backward)
-            else "float32" for node in graph.nodes]
+    return [dtype if node.layer_pass else "float32" for node in graph.nodes]
 
 
 def _copy_seconds_per_byte(nbytes: int = 1 << 24, repeats: int = 5) -> float:

@@ -213,7 +213,7 @@ class _Hooks:
         taken: dict[Key, int] = defaultdict(int)
         for i, node in enumerate(self.graph.nodes):
             key = (node.network, node.layer, node.pass_)
-            if node.pass_ in (Pass.forward, Pass.backward) and node.kind is not Kind.loss:
+            if node.layer_pass:
                 times = spans.get(key, [])
                 if taken[key] < len(times):
                     seconds[i] = times[taken[key]]
