@@ -62,11 +62,15 @@ def spaces(envs: gym.vector.VectorEnv) -> dict[str, gym.Space]:
     return {"obs_space": envs.single_observation_space, "act_space": envs.single_action_space}
 
 
-def build(cfg: DictConfig, plan: bool = True) -> Components:
+def build(cfg: DictConfig, plan: bool = True, planned: StepPlan | None = None) -> Components:
     """Instantiate every component the config names, in the order that makes runs
     reproducible (the seed is set before the first env and network are made), plan the
     learner's step on the platform (unless `plan` is false: a caller that needs only the
-    parts) and apply the precision policy to the learner."""
+    parts) and apply the precision policy to the learner.
+
+    `planned` is the step plan of a resumed job's checkpoint: it is applied as it was, not
+    planned again, since on the host the plan stands on timings, and timed again it could
+    choose other dtypes than those the job trained in."""
     platform = instantiate(cfg.platform)
     seed_everything(cfg.seed)
     make_envs = env_maker(cfg)
@@ -75,11 +79,10 @@ def build(cfg: DictConfig, plan: bool = True) -> Components:
     check_replay_memory(cfg, **env_spaces)
     learner = instantiate(cfg.algo, **env_spaces, device=platform.device)
     precision = instantiate(cfg.precision)
-    step_plan = _plan(cfg, learner, platform, precision, env_spaces) if plan else None
-    applied = _applied_plan(step_plan, platform)
-    if step_plan is not None and step_plan.measured and _host_dtypes(precision) != ("float32",):
-        applied = _against_fp32(learner, precision, step_plan, applied, platform, env_spaces)
-    precision.apply(learner, applied and step_plan.graph, applied, platform)
+    step_plan = planned or (_plan(cfg, learner, platform, precision, env_spaces) if plan
+                            else None)
+    graph, applied = (step_plan.graph, step_plan.applied) if step_plan else (None, None)
+    precision.apply(learner, graph, applied, platform)
     return Components(
         envs=envs, learner=learner,
         replay=instantiate(cfg.replay, **env_spaces, device=platform.device),
@@ -143,13 +146,10 @@ def _host_dtypes(precision: Precision) -> tuple[str, ...]:
     return tuple(getattr(precision, "host_dtypes", ("float32",)))
 
 
-def _applied_plan(step_plan: StepPlan | None, platform: HostPlatform | ModeledPlatform
-                  ) -> Plan | None:
+def _applied_plan(step_plan: StepPlan, platform: HostPlatform | ModeledPlatform) -> Plan:
     """The plan the precision policy follows: a modeled platform's as it is; on the host,
     the measured plan with each node in the dtype chosen for the device the learner really
     runs on (the host does not move layers between its devices)."""
-    if step_plan is None:
-        return None
     plan, costs = step_plan.plan, step_plan.costs
     if not step_plan.measured or costs.dtypes is None:
         return plan
@@ -157,7 +157,7 @@ def _applied_plan(step_plan: StepPlan | None, platform: HostPlatform | ModeledPl
     return replace(plan, dtypes=[row[k] for row in costs.dtypes])
 
 
-def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan, applied: Plan,
+def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan,
                   platform: HostPlatform, spaces: dict[str, gym.Space]) -> Plan:
     """Time whole updates of copies of the learner in this precision and in float32, in
     turns (`StepPlan.update_s`, logged as `host/speedup_vs_fp32`). A per-layer plan (mixed)
@@ -166,7 +166,7 @@ def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan, a
     layer's passes timed alone, and what it leaves out (a cast at each dtype boundary, a
     region per layer) can make it slower than one dtype throughout. A uniform 16-bit
     precision that measured slower warns with the slowdown. Returns the plan to apply."""
-    device = platform.device
+    device, applied = platform.device, step_plan.applied
     where = cpu_name() if device.type == "cpu" else torch.cuda.get_device_name(device)
     if applied.dtypes is not None and len(_host_dtypes(precision)) > 1:  # per layer: mixed
         plans = {"per layer": applied} | {
@@ -217,12 +217,19 @@ def _timed_updates(learner: Learner, precision: Precision, step_plan: StepPlan,
 def _plan(cfg: DictConfig, learner: Learner, platform: HostPlatform | ModeledPlatform,
           precision: Precision, spaces: dict[str, gym.Space]) -> StepPlan | None:
     """A modeled platform plans the step from modeled costs; the host from costs measured on
-    its devices (unless `platform.measure_layers=false`); learners with no task graph
+    its devices (unless `platform.measure_layers=false`), and in a precision other than
+    float32 it times whole updates against float32's; learners with no task graph
     (multi-agent) have no plan on the host."""
     if isinstance(platform, ModeledPlatform):
-        return plan_step(learner, platform, precision, instantiate(cfg.partitioner), **spaces)
-    if platform.measure_layers and hasattr(learner, "task_graph"):
-        return plan_measured_step(learner, platform, instantiate(cfg.partitioner), **spaces,
-                                  dtypes=_host_dtypes(precision),
-                                  min_speedup=getattr(precision, "min_speedup", 1.0))
-    return None
+        step_plan = plan_step(learner, platform, precision, instantiate(cfg.partitioner),
+                              **spaces)
+    elif platform.measure_layers and hasattr(learner, "task_graph"):
+        step_plan = plan_measured_step(learner, platform, instantiate(cfg.partitioner),
+                                       **spaces, dtypes=_host_dtypes(precision),
+                                       min_speedup=getattr(precision, "min_speedup", 1.0))
+    else:
+        return None
+    step_plan.applied = _applied_plan(step_plan, platform)
+    if step_plan.measured and _host_dtypes(precision) != ("float32",):
+        step_plan.applied = _against_fp32(learner, precision, step_plan, platform, spaces)
+    return step_plan

@@ -185,7 +185,7 @@ def _train(
 ) -> tuple[dict[str, float], LoopState]:
     """Build the job, log what it is, run its loop from the start or the checkpoint, then
     evaluate and keep its artifacts."""
-    c = build(cfg)
+    c = build(cfg, planned=saved and saved.get("step_plan"))
     if saved is None:
         tracker.log_params({f"host.{k}": v for k, v in c.platform.describe().items()})
         tracker.log_text(OmegaConf.to_yaml(cfg.platform, resolve=True), "platform.yaml")
@@ -301,7 +301,7 @@ def _save_checkpoint(path: Path, cfg: DictConfig, choices: Mapping[str, str],
         "config": OmegaConf.to_container(cfg), "choices": dict(choices),
         "run_id": tracker.run_id, "learner": c.learner.checkpoint(),
         "replay": c.replay.state_dict(), "envs": env_state(c.envs), "loop": loop,
-        "rng": rng_states(),
+        "rng": rng_states(), "step_plan": c.step_plan,
     })
     return path
 

@@ -8,9 +8,10 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from helpers import build_job, computed_dtype, mlflow_runs, run_job
+from helpers import build_job, compose_job, computed_dtype, mlflow_runs, run_job
 from test_planning import strict_json
 
+from hetrl import checkpoint, experiment
 from hetrl.partition.graph import Kind, Pass
 from hetrl.platform.measure import measure_step
 from hetrl.precision.native import emulates
@@ -213,6 +214,36 @@ def test_mixed_keeps_the_per_layer_plan_where_it_measured_fastest(monkeypatch):
     assert c.step_plan.plan.dtypes == [row[0] for row in per_layer]
     assert c.step_plan.metrics(c.learner.batch_size)["host/speedup_vs_fp32"] == pytest.approx(
         10 / 7)
+
+
+def test_a_resumed_mixed_job_computes_in_the_dtypes_it_chose_not_in_a_new_choice(
+        tmp_path, monkeypatch):
+    """On the host, mixed's choice stands on timings: timed again on resume, the job could
+    go on in other dtypes than those it trained in. It follows its checkpoint's plan."""
+    import hetrl.build
+
+    timings = []
+
+    def compare_updates(learners, *args, **kwargs):
+        timings.append(set(learners))
+        fastest = "per layer" if len(timings) == 1 else "float32"
+        return {name: 0.005 if name == fastest else 0.01 for name in learners}
+
+    monkeypatch.setattr(hetrl.build, "compare_updates", compare_updates)
+    job = ("tracking=none", "algo=ddpg", "env=pendulum", "algo.hidden=[8,8]",
+           "algo.batch_size=16", "algo.learning_starts=50", "precision=mixed", "log_every=100")
+    cfg, choices = compose_job(*job, "steps=100")
+    (tmp_path / "job").mkdir()
+    experiment.run(cfg, choices, tmp_path / "job")
+    first = checkpoint.load(tmp_path / "job")["step_plan"]
+    assert len(timings) == 1 and first.applied.dtypes == [row[0] for row in first.costs.dtypes]
+
+    cfg, choices = compose_job("tracking=none", f"resume={tmp_path / 'job'}", "steps=200")
+    experiment.run(cfg, choices, tmp_path / "job", overrides=["steps=200"])
+    resumed = checkpoint.load(tmp_path / "job")
+    assert resumed["loop"].step == 200 and len(timings) == 1  # not planned nor timed again
+    assert resumed["step_plan"].applied.dtypes == first.applied.dtypes
+    assert resumed["step_plan"].update_s == first.update_s
 
 
 def test_a_16_bit_precision_slower_than_float32_warns_with_the_measured_slowdown(monkeypatch,

@@ -32,6 +32,9 @@ class StepPlan:
     # the host, a precision other than fp32: seconds of one whole update of the learner as it
     # trains ("precision") and in float32 ("float32"), measured in turns (`compare_updates`)
     update_s: dict[str, float] | None = None
+    # what the precision policy follows (build's choice): the plan on a modeled platform; on
+    # the host, each node in the dtype chosen for the device the learner runs on
+    applied: Plan | None = None
 
     def metrics(self, batch_size: int) -> dict[str, float]:
         """Modeled figures as `eps_platform`, `platform/*`, `speedup_vs_*`; a plan over measured
