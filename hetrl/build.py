@@ -169,13 +169,17 @@ def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan,
     device, applied = platform.device, step_plan.applied
     where = cpu_name() if device.type == "cpu" else torch.cuda.get_device_name(device)
     if applied.dtypes is not None and len(_host_dtypes(precision)) > 1:  # per layer: mixed
-        plans = {"per layer": applied} | {
-            dtype: replace(applied, dtypes=uniform_dtypes(step_plan.graph, dtype))
-            for dtype in _host_dtypes(precision)
-            if dtype != "float32" and not emulates(device.type, getattr(torch, dtype))}
+        throughout = {dtype: replace(applied, dtypes=uniform_dtypes(step_plan.graph, dtype))
+                      for dtype in _host_dtypes(precision)
+                      if not emulates(device.type, getattr(torch, dtype))}
+        # a per-layer plan in one dtype throughout is that candidate: timed once, so that
+        # noise cannot pick one of the two and call the same computation faster
+        plans = ({} if any(p.dtypes == applied.dtypes for p in throughout.values())
+                 else {"per layer": applied}) | {
+            dtype: plan for dtype, plan in throughout.items() if dtype != "float32"}
         seconds = _timed_updates(learner, precision, step_plan, plans, platform, spaces)
         best = min(seconds, key=seconds.get)
-        applied = plans.get(best, replace(applied, dtypes=["float32"] * len(applied.dtypes)))
+        applied = (plans | throughout)[best]
         log.info("precision=mixed on %s: %s (an update %.2f ms; float32 %.2f ms; %s)", where,
                  best if best == "per layer" else f"every layer in {best}",
                  1e3 * seconds[best], 1e3 * seconds["float32"],

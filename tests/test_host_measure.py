@@ -150,7 +150,21 @@ def test_the_mixed_plan_applies_its_measured_dtypes_per_layer():
     assert torch.equal(twin.critic(obs, twin.actor(obs)), out)  # the twin's hooks, too
 
 
-def _mixed_job_timed(monkeypatch, ms: dict[str, float]):
+def _critic_faster_in_bfloat16(monkeypatch) -> None:
+    """Each layer pass of the host's step timed at 1 ms, the critic's at 0.5 ms in
+    bfloat16: the per-layer plan is a candidate of its own (not one dtype throughout) on
+    any CPU."""
+    import hetrl.platform.host
+
+    def measure_step(learner, graph, *args, dtype="float32", **kwargs):
+        fast = {"bfloat16": 0.5, "float16": 2.0}.get(dtype, 1.0)
+        return np.array([1e-3 * (fast if n.network == "critic" and n.layer_pass else 1.0)
+                         for n in graph.nodes])
+
+    monkeypatch.setattr(hetrl.platform.host, "measure_step", measure_step)
+
+
+def _mixed_job_timed(monkeypatch, ms: dict[str, float], *overrides: str):
     """A precision=mixed DDPG job built where a whole update of each candidate measured
     `ms[name]` milliseconds (the per-layer plan, each dtype throughout, float32); the
     learners timed, by name."""
@@ -163,8 +177,9 @@ def _mixed_job_timed(monkeypatch, ms: dict[str, float]):
         return {name: ms[name] / 1e3 for name in learners}
 
     monkeypatch.setattr(hetrl.build, "compare_updates", compare_updates)
+    _critic_faster_in_bfloat16(monkeypatch)
     c = build_job("algo=ddpg", "env=pendulum", "algo.hidden=[8,8]", "precision=mixed",
-                  plan=True)
+                  *overrides, plan=True)
     c.envs.close()
     return c, timed
 
@@ -208,12 +223,23 @@ def test_mixed_computes_in_one_dtype_throughout_where_that_measured_fastest(monk
 
 
 def test_mixed_keeps_the_per_layer_plan_where_it_measured_fastest(monkeypatch):
-    c, _ = _mixed_job_timed(monkeypatch, {"per layer": 7, "bfloat16": 8, "float16": 12,
-                                          "float32": 10})
+    c, timed = _mixed_job_timed(monkeypatch, {"per layer": 7, "bfloat16": 8, "float16": 12,
+                                              "float32": 10})
     per_layer = c.step_plan.costs.dtypes  # as measured on the host's one device
+    assert "per layer" in timed and {"bfloat16", "float32"} <= set(_layer_dtypes(c.step_plan))
     assert c.step_plan.plan.dtypes == [row[0] for row in per_layer]
     assert c.step_plan.metrics(c.learner.batch_size)["host/speedup_vs_fp32"] == pytest.approx(
         10 / 7)
+
+
+def test_a_per_layer_plan_all_in_float32_is_timed_once_as_float32(monkeypatch):
+    """Where no layer is chosen in 16 bits (here: none is 1000x faster), the per-layer plan
+    is the float32 candidate; timed twice, noise could call the same computation faster."""
+    c, timed = _mixed_job_timed(monkeypatch, {"per layer": 5, "bfloat16": 30, "float16": 30,
+                                              "float32": 10}, "precision.min_speedup=1000")
+    assert "per layer" not in timed and "float32" in timed
+    assert set(c.step_plan.applied.dtypes) == {"float32"}
+    assert c.step_plan.metrics(c.learner.batch_size)["host/speedup_vs_fp32"] == 1.0
 
 
 def test_a_resumed_mixed_job_computes_in_the_dtypes_it_chose_not_in_a_new_choice(
@@ -230,6 +256,7 @@ def test_a_resumed_mixed_job_computes_in_the_dtypes_it_chose_not_in_a_new_choice
         return {name: 0.005 if name == fastest else 0.01 for name in learners}
 
     monkeypatch.setattr(hetrl.build, "compare_updates", compare_updates)
+    _critic_faster_in_bfloat16(monkeypatch)
     job = ("tracking=none", "algo=ddpg", "env=pendulum", "algo.hidden=[8,8]",
            "algo.batch_size=16", "algo.learning_starts=50", "precision=mixed", "log_every=100")
     cfg, choices = compose_job(*job, "steps=100")
@@ -237,6 +264,7 @@ def test_a_resumed_mixed_job_computes_in_the_dtypes_it_chose_not_in_a_new_choice
     experiment.run(cfg, choices, tmp_path / "job")
     first = checkpoint.load(tmp_path / "job")["step_plan"]
     assert len(timings) == 1 and first.applied.dtypes == [row[0] for row in first.costs.dtypes]
+    assert set(first.applied.dtypes) == {"bfloat16", "float32"}
 
     cfg, choices = compose_job("tracking=none", f"resume={tmp_path / 'job'}", "steps=200")
     experiment.run(cfg, choices, tmp_path / "job", overrides=["steps=200"])
