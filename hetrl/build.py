@@ -172,11 +172,11 @@ def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan,
         throughout = {dtype: replace(applied, dtypes=uniform_dtypes(step_plan.graph, dtype))
                       for dtype in _host_dtypes(precision)
                       if not emulates(device.type, getattr(torch, dtype))}
+        plans = {dtype: plan for dtype, plan in throughout.items() if dtype != "float32"}
         # a per-layer plan in one dtype throughout is that candidate: timed once, so that
         # noise cannot pick one of the two and call the same computation faster
-        plans = ({} if any(p.dtypes == applied.dtypes for p in throughout.values())
-                 else {"per layer": applied}) | {
-            dtype: plan for dtype, plan in throughout.items() if dtype != "float32"}
+        if all(plan.dtypes != applied.dtypes for plan in throughout.values()):
+            plans = {"per layer": applied} | plans
         seconds = _timed_updates(learner, precision, step_plan, plans, platform, spaces)
         best = min(seconds, key=seconds.get)
         applied = (plans | throughout)[best]
