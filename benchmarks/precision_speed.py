@@ -112,7 +112,7 @@ def measured_choice(c: Components) -> str:
     """What a measured mixed plan computes its layers in: the fastest of the per-layer
     choice, each 16-bit dtype throughout and float32, timed as whole updates at build."""
     step = c.step_plan
-    layers = {d for node, d in zip(step.graph.nodes, step.plan.dtypes) if node.layer_pass}
+    layers = {d for node, d in zip(step.graph.nodes, step.applied.dtypes) if node.layer_pass}
     return f"{layers.pop()} throughout (measured)" if len(layers) == 1 else "per layer (measured)"
 
 
