@@ -12,7 +12,8 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -174,6 +175,22 @@ def sb3_model(algo: DictConfig, env_id: str, learning_starts: int,
     act_dim = env.action_space.shape[0]
     noise = NormalActionNoise(np.zeros(act_dim), algo.noise_std * np.ones(act_dim))
     return unlogged(DDPG("MlpPolicy", env, tau=algo.tau, action_noise=noise, **kwargs))
+
+
+@contextmanager
+def subnormals(flushed: bool) -> Iterator[None]:
+    """Inside, this thread flushes subnormal floats to zero (as every hetrl job does, see
+    hetrl.runtime) or computes them (`flushed=False`: torch's default, as SB3 and plain
+    PyTorch ship). The mode is per thread and a hetrl job built here leaves it flushed, so a
+    peer timed in this process states its mode rather than inherit hetrl's."""
+    import torch
+
+    was = torch.tensor([1e-40]).mul(1.0).item() == 0.0
+    torch.set_flush_denormal(flushed)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(was)
 
 
 def unlogged(model: OffPolicyAlgorithm) -> OffPolicyAlgorithm:

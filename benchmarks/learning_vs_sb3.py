@@ -40,7 +40,7 @@ import gymnasium as gym
 import numpy as np
 from rliable import metrics
 from common import (host_line, job_config, metric_history, run_job, sb3_model,
-                    sb3_return_mean_100, table)
+                    sb3_return_mean_100, subnormals, table)
 
 from hetrl.evaluation import EVAL_SEED_OFFSET
 from hetrl.tracking.seeds import bootstrap
@@ -92,7 +92,8 @@ def sb3_curves(seed: int, steps: int, every: int, episodes: int) -> Curves:
                     curves["train"].append((step, train))
             return True
 
-    model.learn(steps, callback=Record())
+    with subnormals(flushed=False):  # as SB3 ships (hetrl's jobs flush them)
+        model.learn(steps, callback=Record())
     return curves
 
 

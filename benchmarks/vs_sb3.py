@@ -25,6 +25,11 @@ libraries: DQN CartPole-v1 (batch 64, hidden [256, 256], train_freq 4) and DDPG 
    Hydra multirun, `python -m hetrl -m`, tracked to a throwaway MLflow store their `sps` is read
    back from. The fastest is "best".
 
+SB3 runs as it ships, computing subnormal floats (torch's default); every hetrl job flushes
+them to zero (hetrl.runtime), which on DQN-CartPole is worth about 1.6x: Adam's moments of
+silenced units decay into subnormals, which x86 cores compute ~100x slower. SB3's `learn()`
+is also timed with subnormals flushed, so the ratio shows what is that setting and what is not.
+
 Host checks (a matmul at 1 and 2 threads) flag a busy second core, which makes 2-thread runs
 many times slower. Goals (issue 3): hetrl best >= 2x SB3 env steps/s; learner >= 1.3x SB3
 (DQN), >= 1.0x (DDPG); hetrl's learner within 10% of the plain-PyTorch limit. The host is
@@ -60,6 +65,7 @@ from common import (
     ratio,
     run_job,
     sb3_model,
+    subnormals,
     sweep,
     table,
     verdict,
@@ -174,7 +180,11 @@ def sb3_learner(w: Workload, fill: int) -> Callable[[], None]:
     model = sb3_model(job_config(*w.overrides())[0].algo, w.env_id, learning_starts=fill)
     model.learn(total_timesteps=fill)  # fills the buffer; no update yet
     assert model._n_updates == 0 and model.replay_buffer.size() == fill
-    return lambda: model.train(gradient_steps=w.updates, batch_size=w.batch)
+
+    def train() -> None:
+        with subnormals(flushed=False):  # as SB3 ships (hetrl's jobs flush them)
+            model.train(gradient_steps=w.updates, batch_size=w.batch)
+    return train
 
 
 def plain(w: Workload, fixed: list[Batch], fused: bool, bf16: bool) -> Callable[[], None]:
@@ -231,14 +241,22 @@ def loop_figures(metrics: dict[str, float], steps: int) -> dict:
                        if k.startswith("phase/") and k.endswith("_s")}}
 
 
-def end_to_end(w: Workload, store: Path, starts: int) -> tuple[dict, dict, list[dict]]:
-    """SB3's `learn()`, hetrl's job at 1 thread, and the best candidates as one sweep."""
+def sb3_learn(w: Workload, starts: int, flushed: bool) -> dict:
+    """env steps/s and updates/s of SB3's timed `learn()`, computing subnormal floats as it
+    ships or flushing them as hetrl's jobs do."""
     model = sb3_model(job_config(*w.overrides())[0].algo, w.env_id, starts)
-    start = time.perf_counter()
-    model.learn(total_timesteps=w.steps)
-    wall = time.perf_counter() - start
-    sb3 = {"sps": model.num_timesteps / wall, "updates": model._n_updates,
-           "ups": model._n_updates / wall}
+    with subnormals(flushed):
+        start = time.perf_counter()
+        model.learn(total_timesteps=w.steps)
+        wall = time.perf_counter() - start
+    return {"sps": model.num_timesteps / wall, "updates": model._n_updates,
+            "ups": model._n_updates / wall}
+
+
+def end_to_end(w: Workload, store: Path, starts: int) -> tuple[dict, dict, dict, list[dict]]:
+    """SB3's `learn()` as it ships and with subnormals flushed, hetrl's job at 1 thread, and
+    the best candidates as one sweep."""
+    sb3, sb3_flushed = (sb3_learn(w, starts, flushed) for flushed in (False, True))
     start = time.perf_counter()
     hetrl = loop_figures(run_job(store, *w.overrides()), w.steps)
     hetrl["run_s"] = time.perf_counter() - start
@@ -247,7 +265,7 @@ def end_to_end(w: Workload, store: Path, starts: int) -> tuple[dict, dict, list[
                    "threads": r.data.params["platform.threads"],
                    "setting": f"{r.data.tags['precision']}, {r.data.params['env.n_envs']} env"}
                   for r in sweep(store / "sweep", *w.overrides(*w.candidates))]
-    return sb3, hetrl, candidates
+    return sb3, sb3_flushed, hetrl, candidates
 
 
 # ---- report ---------------------------------------------------------------------------------
@@ -257,8 +275,10 @@ def report(results: list, mode: Mode, checks: list[str], total: float) -> None:
     print(f"\n## hetrl vs Stable-Baselines3 (this host, this run; learner: median of "
           f"{mode.repeats} interleaved Timer rounds; end to end: one run each)")
     rows = []
-    for w, _, sb3, hetrl, candidates in results:
-        runs = [("SB3 `learn()`", 1, "fp32, 1 env", sb3), ("hetrl", 1, "fp32, 1 env", hetrl)]
+    for w, _, sb3, sb3_flushed, hetrl, candidates in results:
+        runs = [("SB3 `learn()`", 1, "fp32, 1 env", sb3),
+                ("SB3 `learn()`, subnormals flushed", 1, "fp32, 1 env", sb3_flushed),
+                ("hetrl", 1, "fp32, 1 env", hetrl)]
         runs += [("hetrl candidate" + " **(best)**" * (c is best(candidates)), c["threads"],
                   c["setting"], c) for c in candidates]
         rows += [(w.name, label, threads, setting, num(r["sps"]), num(r["ups"]),
@@ -286,12 +306,14 @@ def report(results: list, mode: Mode, checks: list[str], total: float) -> None:
           "### hetrl phases, end to end (seconds of the training loop; `phase/<name>_s`)")
 
     rows = []
-    for w, lr, sb3, _, candidates in results:
+    for w, lr, sb3, sb3_flushed, _, candidates in results:
         top, need = best(candidates), 1.3 if w.algo == "dqn" else 1.0
         update, sampled = lr["hetrl_update_only"] / lr["limit"], lr["hetrl"] / lr["limit"]
         rows += [(f"{w.name}: hetrl best >= 2x SB3 env steps/s",
                   f"{ratio(top['sps'], sb3['sps'])} (threads {top['threads']}, {top['setting']})",
                   verdict(top["sps"] >= 2 * sb3["sps"])),
+                 (f"{w.name}: hetrl best vs SB3 with subnormals flushed, for reference",
+                  ratio(top["sps"], sb3_flushed["sps"]), "-"),
                  (f"{w.name}: hetrl learner >= {need}x SB3 (1 thread)",
                   ratio(lr["hetrl"], lr["sb3"]), verdict(lr["hetrl"] >= need * lr["sb3"])),
                  (f"{w.name}: hetrl best learner vs SB3 (1 thread), for reference",
@@ -329,12 +351,14 @@ def main() -> None:
             print(f"\n== {w.name}: {' '.join(w.overrides())}", flush=True)
             lr = learner_rates(w, mode)
             print("   learner: " + ", ".join(f"{k} {num(v)}/s" for k, v in lr.items()), flush=True)
-            sb3, hetrl, cands = end_to_end(w, Path(tmp), mode.starts[w.algo == "ddpg"])
-            print(f"   end to end: SB3 {num(sb3['sps'])}, hetrl {num(hetrl['sps'])} env steps/s "
+            figures = end_to_end(w, Path(tmp), mode.starts[w.algo == "ddpg"])
+            sb3, sb3_flushed, hetrl, cands = figures
+            print(f"   end to end: SB3 {num(sb3['sps'])} (subnormals flushed "
+                  f"{num(sb3_flushed['sps'])}), hetrl {num(hetrl['sps'])} env steps/s "
                   f"(run() {hetrl['run_s']:.1f} s), candidates "
                   + ", ".join(num(c["sps"]) for c in cands), flush=True)
             checks.append(core_check())
-            results.append((w, lr, sb3, hetrl, cands))
+            results.append((w, lr, *figures))
     report(results, mode, checks, time.perf_counter() - start)
 
 

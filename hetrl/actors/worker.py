@@ -20,6 +20,7 @@ import torch
 from hetrl.actors.weights import deserialize
 from hetrl.algos.base import Learner
 from hetrl.quant import QuantSpec, load_into, quantize_policy
+from hetrl.runtime import configure_torch
 from hetrl.scheduler.collect import env_step
 from hetrl.scheduler.state import PhaseTimer
 from hetrl.seeding import seed_everything
@@ -64,7 +65,7 @@ class ActorWorker:
     def __init__(self, rank: int, n_actors: int, learner: Learner,
                  make_envs: Callable[[], gym.vector.VectorEnv], seed: int,
                  spec: QuantSpec) -> None:
-        torch.set_num_threads(1)
+        configure_torch(1)
         seed_everything(seed + rank)
         self.rank, self.n_actors, self.spec = rank, n_actors, spec
         self.learner = learner

@@ -18,6 +18,7 @@ from hetrl.partition.costs import CostTable
 from hetrl.partition.graph import Kind, TaskGraph
 from hetrl.platform.measure import measure_step
 from hetrl.precision.native import CPU_NATIVE_FLAGS, cpu_native
+from hetrl.runtime import configure_torch
 
 
 def resolve_device(device: str) -> torch.device:
@@ -31,13 +32,6 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def use_threads(threads: int | None) -> None:
-    """torch's intra-op threads (None: torch's default, all cores). One thread suits small RL
-    networks and leaves a core to the envs; two collapse when another process holds a core."""
-    if threads is not None:
-        torch.set_num_threads(threads)
-
-
 class HostPlatform:
     """This machine's torch devices. With `measure_layers`, a job times each node of its
     training step on each of them (`hetrl.platform.measure`) and plans over those costs."""
@@ -46,7 +40,7 @@ class HostPlatform:
                  measure_layers: bool = True) -> None:
         self.device = resolve_device(device)
         self.measure_layers = measure_layers
-        use_threads(threads)
+        configure_torch(threads)
 
     @property
     def devices(self) -> list[str]:

@@ -26,8 +26,9 @@ from hetrl.config.enums import DType
 from hetrl.config.platform import BaselineSpec, DeviceSpec, LinkSpec
 from hetrl.partition.costs import CostTable
 from hetrl.partition.graph import Node, Pass, TaskGraph
-from hetrl.platform.host import resolve_device, use_threads
+from hetrl.platform.host import resolve_device
 from hetrl.platform.links import LinkNetwork
+from hetrl.runtime import configure_torch
 
 DTypeFor = Callable[[Node, str], str]
 """The precision policy's choice: the dtype a node computes in on a device."""
@@ -49,7 +50,7 @@ class ModeledPlatform:
                  links: Sequence[LinkSpec] = (),
                  baselines: Mapping[str, BaselineSpec] | None = None,
                  threads: int | None = 1, host_runtime_s: float = 0.0) -> None:
-        use_threads(threads)
+        configure_torch(threads)
         self.host_runtime_s = host_runtime_s  # PEARL: one hand-over between host primitives
         self.name = name
         self.baselines = dict(baselines or {})

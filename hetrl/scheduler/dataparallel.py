@@ -37,6 +37,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from hetrl.algos.alphazero import AlphaZero, make_learner
 from hetrl.precision.uniform import UniformPrecision
 from hetrl.replay.window import Generation, GenerationWindow
+from hetrl.runtime import configure_torch
 from hetrl.scheduler.state import LoopState
 from hetrl.scheduler.updates import Updates
 from hetrl.scheduler.workers import stop_workers
@@ -182,7 +183,7 @@ def _rank_main(rank: int, world: int, rendezvous: str, kwargs: dict, optimizer: 
                window_size: int, inbox: Any, outbox: Any) -> None:
     import traceback
 
-    torch.set_num_threads(1)
+    configure_torch(1)
     # the rank's own symmetry draws (a fresh process's torch generator is seeded at random)
     torch.manual_seed(int(np.random.SeedSequence([seed, rank]).generate_state(1)[0]))
     try:
@@ -215,7 +216,7 @@ def ddp_gradients(rank: int, world: int, rendezvous: str, kwargs: dict, state: d
     `AllReduceTimer`), on its shard of `batch` (numpy arrays, rows split evenly, no
     augmentation, BN on running statistics), and what the timer recorded: for the
     data-parallel test."""
-    torch.set_num_threads(1)
+    configure_torch(1)
     try:
         learner = make_learner(**kwargs)
         learner.net.load_state_dict(state)

@@ -72,6 +72,7 @@ from hetrl.algos.pure_mcts import PureMcts
 from hetrl.config.enums import Agents
 from hetrl.envs.go import GoGame, area_owner
 from hetrl.replay.window import GenerationWindow
+from hetrl.runtime import configure_torch
 from hetrl.scheduler.context import Training, loop_metrics, report_placement
 from hetrl.scheduler.dataparallel import DataParallelTrainers
 from hetrl.scheduler.state import LoopState, PhaseTimer, Report
@@ -309,7 +310,7 @@ class SelfPlayWorker:
     its share of the games and yields each game as it ends, then its search counts."""
 
     def __init__(self, rank: int, spec: dict, search: dict, seed: int) -> None:
-        torch.set_num_threads(1)
+        configure_torch(1)
         self.rank, self.seed = rank, seed
         self.game = GoGame(spec["board_size"], spec["komi"], spec["history"],
                            spec["liberties"], spec["max_moves"])
