@@ -185,7 +185,9 @@ def subnormals(flushed: bool) -> Iterator[None]:
     peer timed in this process states its mode rather than inherit hetrl's."""
     import torch
 
-    was = torch.tensor([1e-40]).mul(1.0).item() == 0.0
+    from hetrl.runtime import flushes_subnormals
+
+    was = flushes_subnormals()
     torch.set_flush_denormal(flushed)
     try:
         yield

@@ -23,3 +23,8 @@ def configure_torch(threads: int | None) -> None:
     torch.set_flush_denormal(True)
     if threads is not None:
         torch.set_num_threads(threads)
+
+
+def flushes_subnormals() -> bool:
+    """Whether this thread flushes subnormal floats to zero now (torch has no getter)."""
+    return torch.tensor([1e-40]).mul(1.0).item() == 0.0
