@@ -318,13 +318,11 @@ def _stop_on_signals() -> Iterator[StopRequest]:
         return
 
     def request_stop(signum: int, frame: object) -> None:
-        if stop.is_set():
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            return  # stopping already (a sweep's launching process sends SIGTERM after Ctrl-C)
-        log.warning("%s: stopping at the next step, after a checkpoint",
-                    signal.Signals(signum).name)
-        stop.request(signum)
+        stopping = stop.is_set()
+        stop.request(signum)  # a second Ctrl-C raises here
+        if not stopping:
+            log.warning("%s: stopping at the next step, after a checkpoint",
+                        signal.Signals(signum).name)
 
     signals = (signal.SIGINT, signal.SIGTERM)
     previous = {s: signal.signal(s, request_stop) for s in signals}

@@ -21,10 +21,20 @@ class StopRequest(threading.Event):
     `signum` is the signal that asked (SIGINT for Ctrl-C, SIGTERM)."""
 
     signum: int = signal.SIGINT
+    ctrl_cs: int = 0  # SIGINTs received
 
     def request(self, signum: int) -> None:
-        self.signum = signum
-        self.set()
+        """The first signal asks the stop (and names it); a later SIGINT is a second Ctrl-C,
+        raised as KeyboardInterrupt: stop at once. A SIGTERM before it does not count as a
+        Ctrl-C: a sweep's launching process sends one to its jobs when Ctrl-C reaches it, and
+        may do so before the Ctrl-C reaches them."""
+        if signum == signal.SIGINT:
+            self.ctrl_cs += 1
+            if self.ctrl_cs > 1:
+                raise KeyboardInterrupt
+        if not self.is_set():
+            self.signum = signum
+            self.set()
 
 
 class Stopped(KeyboardInterrupt):

@@ -14,7 +14,7 @@ import torch
 from helpers import hetrl_cli, mlflow_runs, run_job, tracking_uri
 
 from hetrl import checkpoint
-from hetrl.faults import Fault, Stopped, exit_on_stop
+from hetrl.faults import Fault, Stopped, StopRequest, exit_on_stop
 from hetrl.tracking.mlflow import client_for
 
 QUICK = ("algo=dqn", "env=cartpole", "steps=300", "algo.learning_starts=100", "log_every=100",
@@ -143,6 +143,20 @@ def test_a_stop_by_signal_exits_with_its_code_and_the_resume_command(tmp_path, s
     assert text.splitlines()[-1].endswith(f"go on with: python -m hetrl resume={job_dir}"), text
     assert (job_dir / checkpoint.FILENAME).is_file()
     assert [r.info.status for r in mlflow_runs(tmp_path)] == ["KILLED"]
+
+
+@pytest.mark.parametrize("first", [signal.SIGINT, signal.SIGTERM])
+def test_only_a_second_ctrl_c_interrupts_at_once(first):
+    """A sweep's launching process sends SIGTERM to its jobs when Ctrl-C reaches it, which can
+    reach a job before the Ctrl-C itself does: that Ctrl-C is the first, not a second."""
+    stop = StopRequest()
+    stop.request(first)
+    stop.request(signal.SIGTERM)
+    if first != signal.SIGINT:
+        stop.request(signal.SIGINT)
+    assert stop.is_set() and stop.signum == first
+    with pytest.raises(KeyboardInterrupt):
+        stop.request(signal.SIGINT)
 
 
 def test_a_stop_names_the_command_that_goes_on_where_it_is_not_resume(capsys):
