@@ -102,7 +102,8 @@ def _reference_tags(tracker: Tracker) -> dict[str, str]:
 
 
 SUMMARY = ("return_mean_100", "eval/return_mean", "eval/best_return_mean", "reward_error_pct",
-           "ptq_reward_error_pct", "time_to_95pct_s", "sps", "eps_host", "eps_platform", "updates")
+           "ptq_reward_error_pct", "time_to_95pct_s", "stop_return/step", "sps", "eps_host",
+           "eps_platform", "updates")
 """The final metrics the end summary names (those the run has)."""
 
 
@@ -110,6 +111,8 @@ def _start_line(cfg: DictConfig, name: str, out_dir: Path, tracker: Tracker,
                 saved: dict[str, Any] | None) -> str:
     """What the job is, where it writes and where to watch it: printed before anything else."""
     budget = f"{cfg.steps:,} env steps"
+    if cfg.stop_return is not None:
+        budget += f" or until return_mean_100 >= {cfg.stop_return:g}"
     if saved is not None:
         budget += f", resuming at step {saved['loop'].step:,}"
     if (starts := cfg.algo.get("learning_starts")) is not None:
@@ -208,7 +211,7 @@ def _train(
         report=report, checkpoint=save_checkpoint, stop=stop, actors=c.actors,
         make_envs=c.make_envs, seed=cfg.seed, log_text=tracker.log_text,
         log_artifact=tracker.log_artifact,
-        evaluate=evaluate, eval_every=cfg.eval.every,
+        evaluate=evaluate, eval_every=cfg.eval.every, stop_return=cfg.stop_return,
     )
     try:
         results = c.scheduler.run(training, state)

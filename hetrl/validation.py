@@ -43,6 +43,7 @@ def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     _check_precision_fits_scheduler(cfg, choices)
     _check_precision_fits_trainers(cfg, choices)
     _check_partitioner_fits_platform(cfg, choices)
+    _check_stop_return_fits_scheduler(cfg, choices)
     _check_known_keys(cfg)
     _check_derived_keys(cfg)
     _check_finite(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
@@ -241,6 +242,21 @@ def _check_scheduler_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> No
             f"scheduler={choices['scheduler']} does not step {agents.value}-agent envs such "
             f"as env={choices['env']}: choose scheduler from {fitting}"
         )
+
+
+def _check_stop_return_fits_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    """`stop_return` ends a loop on its episodes' return_mean_100, which a self-play loop
+    does not have (the class flag `episode_returns`)."""
+    if cfg.stop_return is None or getattr(get_class(cfg.scheduler._target_), "episode_returns",
+                                          True):
+        return
+    fitting = [o for o in group_options("scheduler")
+               if getattr(option_class("scheduler", o), "episode_returns", True)]
+    raise ConfigError(
+        f"stop_return={cfg.stop_return} ends a job on its episodes' return_mean_100, which "
+        f"scheduler={choices['scheduler']} does not have: set stop_return=null or choose "
+        f"scheduler from {fitting}"
+    )
 
 
 def _check_precision_fits_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> None:

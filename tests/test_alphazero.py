@@ -38,6 +38,7 @@ TINY = ("steps=64", "algo.width=8", "algo.blocks=1", "algo.search.readouts=8",
     (("algo=alphazero", "selfplay.trainers=2", "precision=fp16"),
      ["precision=fp16", "selfplay.trainers=2", "precision=fp32"]),
     (("algo=alphazero", "selfplay.trainers=2", "precision=qat"), ["precision=qat"]),
+    (("algo=alphazero", "stop_return=1"), ["stop_return=1", "scheduler=selfplay", "sync"]),
 ])
 def test_validation_keeps_go_and_alphazero_together(overrides, words):
     cfg, choices = compose_job(*overrides)

@@ -1,5 +1,6 @@
 """The sync loop keeps SB3's schedule whatever the number of envs, and times its phases; the
-update step every replay loop calls hands a prioritized replay its new priorities."""
+update step every replay loop calls hands a prioritized replay its new priorities; every loop
+ends at the first log that reaches `stop_return`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from helpers import mlflow_runs, run_job
+from helpers import metric_history, mlflow_runs, run_job
 
 from hetrl.algos.base import Batch
 from hetrl.precision.uniform import UniformPrecision
@@ -85,11 +86,11 @@ def test_no_eps_host_before_the_first_update():
     assert loop_metrics(state, learner, {})["eps_host"] == pytest.approx(32 * 10 / 1.0)
 
 
-def _boundary() -> tuple[StepBoundary, LoopState]:
+def _boundary(**training) -> tuple[StepBoundary, LoopState]:
     state = LoopState()
-    t = Training(envs=None, learner=None, replay=None, precision=None, steps=10**6,
-                 log_every=10**6, checkpoint_every=0, report=lambda *a: None,
-                 checkpoint=lambda s: None)
+    t = Training(**{"envs": None, "learner": None, "replay": None, "precision": None,
+                    "steps": 10**6, "log_every": 10**6, "checkpoint_every": 0,
+                    "report": lambda *a: None, "checkpoint": lambda s: None, **training})
     return StepBoundary(t, state), state
 
 
@@ -110,3 +111,35 @@ def test_a_diverging_learner_fails_its_run(tmp_path):
                 "algo.train_freq=1", "algo.hidden=[16]", "algo.lr=1e30",
                 "algo.max_grad_norm=1e30", "log_every=500")
     assert [r.info.status for r in mlflow_runs(tmp_path)] == ["FAILED"]
+
+
+def test_stop_return_ends_the_loop_at_the_first_log_that_reaches_it_and_evaluates_there():
+    logged, evaluated = [], []
+    boundary, state = _boundary(
+        log_every=10, stop_return=50.0, report=lambda step, m, kind: logged.append((step, kind.value)),
+        learner=SimpleNamespace(batch_size=1, skipped_steps=0, state_dict=dict),
+        evaluate=lambda: evaluated.append(state.step) or {"eval/return_mean": 1.0},
+        eval_every=10**6)
+    while not boundary.t.done(state) and state.step < 100:
+        state.step += 1  # an episode a step: 20 of return 10, then of return 100
+        state.record_episodes(np.array([10.0 if state.step <= 20 else 100.0]))
+        boundary(1, None, {})
+    # return_mean_100 passes 50 at step 37 ((200 + 1700) / 37), seen at the log of step 40
+    assert state.reached is not None and state.reached[0] == 40 == state.step
+    assert logged == [(10, "loop"), (20, "loop"), (30, "loop"), (40, "loop"), (40, "evaluation")]
+    assert evaluated == [40]
+    assert loop_metrics(state, boundary.t.learner, {})["stop_return/step"] == 40
+
+
+@pytest.mark.parametrize("loop", ["algo=dqn scheduler=sync", "algo=ppo",
+                                  "algo=dqn scheduler=actorq", "algo=dqn scheduler=pearl"])
+def test_every_loop_ends_at_the_first_log_that_reaches_stop_return(tmp_path, loop):
+    """CartPole's random policy returns about 22: a stop_return of 15 is reached at one of
+    the first logs, long before the budget."""
+    result = run_job(tmp_path, *loop.split(), "env=cartpole", "steps=20000", "log_every=256",
+                     "stop_return=15", "eval.every=100000", "eval.episodes=1")
+    curve = metric_history(tmp_path, result["run_id"], "return_mean_100")
+    first = next(step for step, value in curve if value >= 15)
+    assert result["stop_return/step"] == first == curve[-1][0] < 20000
+    assert [step for step, _ in metric_history(tmp_path, result["run_id"],
+                                               "eval/return_mean")] == [first]

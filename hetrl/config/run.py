@@ -38,6 +38,7 @@ class RunConfig:
     actors: Any = MISSING
     seed: int = MISSING
     steps: int = MISSING
+    stop_return: Optional[float] = MISSING
     device: Device = MISSING
     checkpoint_every: int = MISSING
     resume: Optional[str] = MISSING

@@ -97,7 +97,7 @@ class ActorQScheduler:
             report_placement(t, state.step, pool.placement())
             for rank in range(pool.n):
                 next_chunk(rank)
-            while state.step < t.steps:
+            while not t.done(state):
                 if not backlog:
                     with timer("wait"):
                         serve(block=True)

@@ -52,6 +52,11 @@ class Training:
     log_artifact: Callable[[Path, str | None], None] | None = None
     evaluate: Callable[[], dict[str, float]] | None = None  # deterministic evaluation, if on
     eval_every: int = 0  # env steps between evaluations (and one at the end)
+    stop_return: float | None = None  # the loop ends at the first log reaching this return
+
+    def done(self, state: LoopState) -> bool:
+        """Whether the loop has spent its env-step budget or reached `stop_return`."""
+        return state.step >= self.steps or state.reached is not None
 
     def stop_if_requested(self, state: LoopState) -> None:
         """Where a stop was requested (Ctrl-C, SIGTERM): checkpoint `state`, then raise
@@ -81,6 +86,8 @@ def loop_metrics(state: LoopState, learner: Learner, learner_metrics: dict) -> d
         metrics["eps_host"] = learner.batch_size * state.updates / train_s
     if (mean := state.return_mean_100()) is not None:
         metrics["return_mean_100"] = mean
+    if state.reached is not None:  # the job's stop_return, as SB3's time-to-threshold
+        metrics["stop_return/step"], metrics["stop_return/elapsed_s"] = state.reached
     for name, seconds in state.phase_s.items():
         metrics[f"phase/{name}_s"] = seconds
         metrics[f"phase/{name}_pct"] = 100.0 * seconds / wall
@@ -116,8 +123,9 @@ def _crossed(step: int, n: int, every: int) -> bool:
 
 class StepBoundary:
     """What a loop does after each of its steps: keep the wall time, honour a stop request
-    (checkpoint, then raise Stopped), log every `log_every` env steps and at the end, and
-    checkpoint every `checkpoint_every` env steps."""
+    (checkpoint, then raise Stopped), log every `log_every` env steps and at the end (the
+    budget's, or the first log whose return_mean_100 reaches `stop_return`), and checkpoint
+    every `checkpoint_every` env steps."""
 
     def __init__(self, t: Training, state: LoopState) -> None:
         self.t, self.state = t, state
@@ -130,7 +138,7 @@ class StepBoundary:
         t, state = self.t, self.state
         if state.updates != self._updates:
             self._check_losses(learner_metrics)
-        finished = state.step >= t.steps
+        finished = t.done(state)
         log_due = _crossed(state.step, n, t.log_every) or finished
         checkpoint_due = _crossed(state.step, n, t.checkpoint_every)
         if log_due or t.stop.is_set() or checkpoint_due:
@@ -140,9 +148,14 @@ class StepBoundary:
             state.obs = obs
         t.stop_if_requested(state)
         if log_due:
+            mean = state.return_mean_100()
+            if (t.stop_return is not None and mean is not None and mean >= t.stop_return
+                    and state.reached is None):
+                state.reached = (state.step, state.elapsed_s)
+                finished = True
             metrics = loop_metrics(state, t.learner, learner_metrics)
-            if "return_mean_100" in metrics:
-                state.history.append((state.step, metrics["return_mean_100"]))
+            if mean is not None:
+                state.history.append((state.step, mean))
                 state.history_s.append(state.elapsed_s)
             t.report(state.step, metrics, Report.loop)
         if t.evaluate is not None and (_crossed(state.step, n, t.eval_every) or finished):

@@ -36,7 +36,7 @@ class OnPolicyScheduler:
         learner_metrics: dict = {}
         boundary = StepBoundary(t, state)
 
-        while state.step < t.steps:
+        while not t.done(state):
             while not rollout.full():
                 with timer("act"):
                     actions, log_probs, values = learner.explore(obs)

@@ -152,6 +152,12 @@ class PearlScheduler:
                         check.written(ring_slots(pos, len(chunk.obs[i]), replay.capacity))
             phase["pearl_insert"] = phase.get("pearl_insert", 0.0) + perf_counter() - start
 
+        def flushing() -> bool:
+            """Past the last env step, the buffered chunks and owed updates still run
+            (not once stop_return is reached: the job ends there)."""
+            return state.reached is None and bool(
+                buffer or (owed > 0 and len(replay) >= learner.batch_size))
+
         executor = ThreadPoolExecutor(1, thread_name_prefix="pearl-insert")
         threads = torch.get_num_threads()  # Algorithm 1 moves cores to the learner: given back
         owed, pending_steps, learner_metrics = 0, 0, {}
@@ -165,8 +171,7 @@ class PearlScheduler:
             report_placement(t, state.step, pool.placement())
             for rank in range(pool.n):
                 submit(rank)
-            while state.step < t.steps or buffer or (owed > 0 and len(replay)
-                                                     >= learner.batch_size):
+            while not t.done(state) or flushing():
                 # 1. collect into the data collection buffer; resubmit the finished actors
                 ready = len(replay) >= learner.batch_size and owed > 0
                 for chunk in pool.results(block=not ready and not buffer):
@@ -221,7 +226,7 @@ class PearlScheduler:
                 if self.dynamic_resources and iterations % self.resource_every == 0:
                     self._manage(manager, window, state, learner, active, events, submit, t)
                 # past the last env step, the owed updates are logged once, at the last one
-                if state.step < t.steps or not (owed or buffer) or t.stop.is_set():
+                if not t.done(state) or not (owed or buffer) or t.stop.is_set():
                     boundary(pending_steps, state.obs, learner_metrics)
                     pending_steps = 0
         finally:

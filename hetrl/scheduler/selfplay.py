@@ -88,6 +88,7 @@ class SelfPlayScheduler:
     agents = (Agents.game,)
     uses_replay = False  # keeps its own window of generations (validation reads this)
     ray_workers = True  # actors=ray places the workers on Ray (validation reads this)
+    episode_returns = False  # plays games: no return_mean_100 to stop at (validation reads this)
 
     def __init__(self, workers: int, trainers: int, games_per_generation: int,
                  concurrent_games: int, generations: int, window: int, train_steps: int,

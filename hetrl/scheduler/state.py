@@ -31,6 +31,8 @@ class LoopState:
     phase_s: dict[str, float] = field(default_factory=dict)
     elapsed_s: float = 0.0  # wall time inside the loop, across resumes
     history_s: list[float] = field(default_factory=list)  # elapsed_s at each history point
+    # (step, elapsed_s) of the log where return_mean_100 first reached the job's stop_return
+    reached: tuple[int, float] | None = None
     actors: dict[int, dict[str, float]] = field(default_factory=dict)  # rank -> stat totals
     obs: np.ndarray | None = None
     eval_history: list[tuple[int, float]] = field(default_factory=list)  # (step, eval return)

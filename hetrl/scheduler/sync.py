@@ -31,7 +31,7 @@ class SyncScheduler:
         learner_metrics: dict = {}
         boundary = StepBoundary(t, state)
 
-        while state.step < t.steps:
+        while not t.done(state):
             taken = env_step(envs, learner, obs, state.step, timer)
             with timer("replay_add"):
                 replay.add(*taken.transitions)
