@@ -149,6 +149,28 @@ def metric_history(store: Path, run_id: str, key: str) -> list[tuple[int, float]
 # ---- the SB3 reference -------------------------------------------------------------------
 
 
+def _squared_error_dqn() -> type:
+    """SB3's DQN, whose loss is Huber's only, with the squared TD error of `algo.td_loss=mse`:
+    its `train` runs with SB3's dqn module seeing a torch.nn.functional whose smooth_l1_loss
+    is mse_loss (the one F call there), so the update is otherwise SB3's own."""
+    import types
+
+    import stable_baselines3.dqn.dqn as sb3_dqn
+    import torch.nn.functional as F
+
+    squared = types.SimpleNamespace(**{**vars(F), "smooth_l1_loss": F.mse_loss})
+
+    class SquaredErrorDQN(sb3_dqn.DQN):
+        def train(self, *args, **kwargs) -> None:
+            sb3_dqn.F = squared
+            try:
+                super().train(*args, **kwargs)
+            finally:
+                sb3_dqn.F = F
+
+    return SquaredErrorDQN
+
+
 def sb3_model(algo: DictConfig, env_id: str, learning_starts: int,
               seed: int = 0) -> OffPolicyAlgorithm:
     """SB3's DQN or DDPG with the hyperparameters of a composed hetrl `algo` config."""
@@ -167,7 +189,8 @@ def sb3_model(algo: DictConfig, env_id: str, learning_starts: int,
     if "target_update_interval" in algo:  # DQN; hetrl counts the interval in updates, SB3 in
         # env steps: gradient_steps updates every train_freq env steps
         every = algo.target_update_interval * algo.train_freq // algo.gradient_steps
-        return unlogged(DQN("MlpPolicy", env, max_grad_norm=algo.max_grad_norm,
+        dqn = _squared_error_dqn() if algo.td_loss == "mse" else DQN
+        return unlogged(dqn("MlpPolicy", env, max_grad_norm=algo.max_grad_norm,
                             target_update_interval=every,
                             exploration_fraction=algo.exploration_fraction,
                             exploration_initial_eps=algo.exploration_initial_eps,

@@ -7,7 +7,8 @@ and a plain-PyTorch learner loop on PEARL's workloads (Table 2) at batch 32 and 
     python benchmarks/pearl_eps.py --time-to 475 --seeds 3   # wall time to a training return
 
 `--time-to R` times how long DQN-CartPole takes to reach a training `return_mean_100` >= R
-on the Foundation's config (rl-zoo3's, conf/tuned/dqn_cartpole.yaml) within 100k env steps:
+on CleanRL's recipe within its 500k env steps (`--recipe zoo`: the Foundation's config,
+rl-zoo3's conf/tuned/dqn_cartpole.yaml, within 100k, where no contender reaches 475):
 hetrl `scheduler=pearl` and `sync` (the loop's own wall time at the first log of every 1000
 steps that reaches R: `stop_return=R`, where the job ends) against SB3 (wall time of `learn`
 at the check every 1000 steps, where it ends too). Issue 12's goal: pearl at most half of
@@ -127,19 +128,31 @@ def dynamic_resources_ab(pairs: int, steps: int) -> None:
                 "env steps a job (goal >= 1.15)", align="lrrr")
 
 
-TIME_TO_JOB = ("algo=dqn", "env=cartpole")  # with conf/tuned/dqn_cartpole.yaml (rl-zoo3's)
+TIME_TO = {  # recipe -> (DQN-CartPole overrides, env-step budget)
+    # CleanRL's dqn.py: Adam 2.5e-4, batch 128, replay 10k, 10k steps before learning, an update
+    # every 10 env steps, the target every 500 (50 updates), ε 1 -> 0.05 over half the budget,
+    # [120, 84], no gradient clipping, the squared TD error (with Huber it diverged here)
+    "cleanrl": (("algo=dqn", "env=cartpole", "algo.td_loss=mse", "algo.lr=2.5e-4",
+                 "algo.batch_size=128", "algo.buffer_size=10000", "algo.learning_starts=10000",
+                 "algo.gamma=0.99", "algo.target_update_interval=50", "algo.train_freq=10",
+                 "algo.gradient_steps=1", "algo.exploration_fraction=0.5",
+                 "algo.exploration_final_eps=0.05", "algo.hidden=[120,84]",
+                 "algo.max_grad_norm=1e9"), 500_000),
+    # rl-zoo3's (conf/tuned/dqn_cartpole.yaml): fast to 200, but its training return swings
+    "zoo": (("algo=dqn", "env=cartpole"), 100_000),
+}
 
 
-def hetrl_time_to(store: Path, scheduler: str, target: float, seed: int,
+def hetrl_time_to(store: Path, job: tuple[str, ...], scheduler: str, target: float, seed: int,
                   steps: int) -> float | None:
     """The loop's wall time when return_mean_100 first reached `target` (where the job
     ends), or None."""
-    m = run_job(store, *TIME_TO_JOB, f"scheduler={scheduler}", f"steps={steps}",
-                "log_every=1000", f"seed={seed}", f"stop_return={target}")
+    m = run_job(store, *job, f"scheduler={scheduler}", f"steps={steps}", "log_every=1000",
+                f"seed={seed}", f"stop_return={target}")
     return m.get("stop_return/elapsed_s")
 
 
-def sb3_time_to(target: float, seed: int, steps: int) -> float | None:
+def sb3_time_to(job: tuple[str, ...], target: float, seed: int, steps: int) -> float | None:
     """SB3's DQN on the same config: wall time of `learn` when the mean of its last 100
     training episodes first reached `target`, checked every 1000 env steps, or None."""
     from stable_baselines3.common.callbacks import BaseCallback
@@ -157,7 +170,7 @@ def sb3_time_to(target: float, seed: int, steps: int) -> float | None:
             return True
 
     torch.set_num_threads(1)
-    algo = job_config(*TIME_TO_JOB)[0].algo
+    algo = job_config(*job)[0].algo
     model = sb3_model(algo, "CartPole-v1", algo.learning_starts, seed=seed)
     reached = Reached()
     with subnormals(flushed=False):  # as SB3 ships (hetrl's jobs flush them)
@@ -166,25 +179,30 @@ def sb3_time_to(target: float, seed: int, steps: int) -> float | None:
     return reached.seconds
 
 
-def time_to(target: float, seeds: int, steps: int) -> None:
+def time_to(recipe: str, target: float, seeds: int, smoke: bool) -> None:
+    job, steps = TIME_TO[recipe]
+    if smoke:  # a few thousand steps: learning starts inside them
+        job, steps = (*job, "algo.learning_starts=1000"), 3000
     rows, times = [], {"hetrl pearl": [], "hetrl sync": [], "SB3": []}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(seeds):
-            got = {"hetrl pearl": hetrl_time_to(Path(tmp), "pearl", target, seed, steps),
-                   "hetrl sync": hetrl_time_to(Path(tmp), "sync", target, seed, steps),
-                   "SB3": sb3_time_to(target, seed, steps)}
+            got = {"hetrl pearl": hetrl_time_to(Path(tmp), job, "pearl", target, seed, steps),
+                   "hetrl sync": hetrl_time_to(Path(tmp), job, "sync", target, seed, steps),
+                   "SB3": sb3_time_to(job, target, seed, steps)}
             for who, seconds in got.items():
                 times[who].append(seconds)
             rows.append([seed, *("not reached" if t is None else f"{t:.1f}"
                                  for t in got.values())])
-    summary = ["reached, median s"]
-    for ts in times.values():
-        reached = [t for t in ts if t is not None]
-        summary.append(f"{len(reached)}/{seeds}"
-                       + (f", {np.median(reached):.1f}" if reached else ""))
-    table(["seed", *times], [*rows, summary], align="lrrr",
-          title=f"Wall time to return_mean_100 >= {target:g}, DQN-CartPole (rl-zoo3's config), "
-                f"within {steps} env steps (goal: pearl <= 0.5 x SB3)")
+    medians = {who: np.median(reached) if (reached := [t for t in ts if t is not None])
+               else None for who, ts in times.items()}
+    summary = ["reached, median s", *(f"{sum(t is not None for t in ts)}/{seeds}"
+                                      + ("" if medians[who] is None else f", {medians[who]:.1f}")
+                                      for who, ts in times.items())]
+    ratios = ["median / SB3's", *("" if None in (m, medians["SB3"]) else ratio(m, medians["SB3"])
+                                  for m in medians.values())]
+    table(["seed", *times], [*rows, summary, ratios], align="lrrr",
+          title=f"Wall time to return_mean_100 >= {target:g}, DQN-CartPole ({recipe}'s "
+                f"recipe), within {steps} env steps (goal: pearl <= 0.5 x SB3)")
 
 
 def main() -> None:
@@ -196,10 +214,12 @@ def main() -> None:
     parser.add_argument("--time-to", type=float, metavar="RETURN",
                         help="only the wall time to this training return, against SB3")
     parser.add_argument("--seeds", type=int, default=3, help="seeds of --time-to")
+    parser.add_argument("--recipe", choices=sorted(TIME_TO), default="cleanrl",
+                        help="the DQN-CartPole config of --time-to")
     args = parser.parse_args()
     if args.time_to is not None:
         print(host_line())
-        time_to(args.time_to, args.seeds, 3000 if args.smoke else 100_000)
+        time_to(args.recipe, args.time_to, args.seeds, args.smoke)
         return
     if args.ab:
         print(host_line())

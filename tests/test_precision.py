@@ -143,7 +143,7 @@ def test_loss_scaling_rescues_tiny_fp16_gradients():
 def _dqn() -> DQN:
     return DQN(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), double_dqn=False,
                target_update_interval=10, exploration_fraction=0.1, exploration_initial_eps=1.0,
-               exploration_final_eps=0.05, max_grad_norm=10.0, total_steps=100,
+               exploration_final_eps=0.05, max_grad_norm=10.0, td_loss="huber", total_steps=100,
                device=torch.device("cpu"), batch_size=8, buffer_size=100, learning_starts=0,
                train_freq=1, gradient_steps=1, hidden=[16], lr=1e-3, gamma=0.99)
 

@@ -18,16 +18,20 @@ from hetrl.algos.base import Batch
 sb3 = pytest.importorskip("stable_baselines3", reason="pip install -e '.[bench]'")
 
 
-def test_dqn_updates_as_sb3s_on_the_same_batches():
+@pytest.mark.parametrize("td_loss", ["huber", "mse"])
+def test_dqn_updates_as_sb3s_on_the_same_batches(td_loss):
+    """SB3 as shipped (Huber), and with the benchmarks' squared error for algo.td_loss=mse."""
     from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from common import sb3_model
+
     torch.manual_seed(0)
-    learner = build_job("algo=dqn", "env=cartpole", "tracking=none").learner  # rl-zoo3's
+    job = ("algo=dqn", "env=cartpole", f"algo.td_loss={td_loss}", "tracking=none")  # rl-zoo3's
+    learner = build_job(*job).learner
     n = learner.batch_size
-    model = sb3.DQN("MlpPolicy", "CartPole-v1", learning_rate=learner.lr, gamma=learner.gamma,
-                    batch_size=n, max_grad_norm=learner.max_grad_norm, learning_starts=0,
-                    policy_kwargs={"net_arch": learner.policy_hidden}, device="cpu")
+    model = sb3_model(compose_job(*job)[0].algo, "CartPole-v1", learning_starts=0)
     model.set_logger(Logger(None, []))  # configure() would make a temp folder
     for net in (model.q_net.q_net, model.q_net_target.q_net, learner.q_target):
         net.load_state_dict(learner.q.state_dict())

@@ -13,6 +13,10 @@ from hetrl.config.enums import ActionSpace
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.steps import dqn_step_graph
 
+TD_LOSSES = {"huber": F.smooth_l1_loss, "mse": F.mse_loss}
+"""`algo.td_loss`: SB3's Huber loss, or CleanRL's squared error (whose DQN-CartPole recipe
+diverges with Huber's bounded gradients)."""
+
 
 class DQN(OffPolicyLearner):
     action_space = ActionSpace.discrete
@@ -29,6 +33,7 @@ class DQN(OffPolicyLearner):
         exploration_initial_eps: float,
         exploration_final_eps: float,
         max_grad_norm: float,
+        td_loss: str,
         total_steps: int,
         cnn: str = "nature",
         **common,
@@ -39,6 +44,7 @@ class DQN(OffPolicyLearner):
         self.eps_start, self.eps_end = exploration_initial_eps, exploration_final_eps
         self.exploration_steps = max(1, int(exploration_fraction * total_steps))
         self.max_grad_norm = max_grad_norm
+        self.td_loss = TD_LOSSES[td_loss]
         self.n_actions = int(act_space.n)
         self.obs_shape = tuple(obs_space.shape)
         self.q = network(obs_space, self.policy_hidden, self.n_actions, cnn=cnn).to(self.device)
@@ -77,7 +83,7 @@ class DQN(OffPolicyLearner):
             td_target = batch.rewards + self.gamma * (1.0 - batch.terminated) * next_value
 
         q = self.q(batch.obs).gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
-        loss = weighted_mean(F.smooth_l1_loss(q, td_target, reduction="none"), batch.weights)
+        loss = weighted_mean(self.td_loss(q, td_target, reduction="none"), batch.weights)
 
         self.optimize(self.optimizer, loss, max_grad_norm=self.max_grad_norm)
 

@@ -58,6 +58,7 @@ class DQNConfig(AlgoConfig):
     exploration_initial_eps: float = MISSING
     exploration_final_eps: float = MISSING
     max_grad_norm: float = MISSING
+    td_loss: str = MISSING  # huber (SB3; the 2015 DQN's error clipping) | mse (CleanRL)
     total_steps: int = II("steps")
     cnn: str = "nature"  # on image observations: nature (Mnih 2015) | dqn2013 (PEARL's Pong)
 
@@ -65,6 +66,8 @@ class DQNConfig(AlgoConfig):
         super().__post_init__()
         require(self.cnn in ("nature", "dqn2013"), "algo.cnn", self.cnn,
                 "'nature' or 'dqn2013'")
+        require(self.td_loss in ("huber", "mse"), "algo.td_loss", self.td_loss,
+                "'huber' or 'mse'")
         require(self.target_update_interval >= 1, "algo.target_update_interval",
                 self.target_update_interval, "integers >= 1")
         for key in ("exploration_fraction", "exploration_initial_eps", "exploration_final_eps"):
