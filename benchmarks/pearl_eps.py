@@ -143,40 +143,46 @@ TIME_TO = {  # recipe -> (DQN-CartPole overrides, env-step budget)
 }
 
 
+Reached = tuple[float, int] | None
+"""(loop wall time in seconds, env step) where return_mean_100 first reached the target."""
+
+
 def hetrl_time_to(store: Path, job: tuple[str, ...], scheduler: str, target: float, seed: int,
-                  steps: int) -> float | None:
-    """The loop's wall time when return_mean_100 first reached `target` (where the job
-    ends), or None."""
+                  steps: int) -> Reached:
+    """Where return_mean_100 first reached `target` (and the job ended), or None."""
     m = run_job(store, *job, f"scheduler={scheduler}", f"steps={steps}", "log_every=1000",
                 f"seed={seed}", f"stop_return={target}")
-    return m.get("stop_return/elapsed_s")
+    if "stop_return/step" not in m:
+        return None
+    return m["stop_return/elapsed_s"], int(m["stop_return/step"])
 
 
-def sb3_time_to(job: tuple[str, ...], target: float, seed: int, steps: int) -> float | None:
-    """SB3's DQN on the same config: wall time of `learn` when the mean of its last 100
-    training episodes first reached `target`, checked every 1000 env steps, or None."""
+def sb3_time_to(job: tuple[str, ...], target: float, seed: int, steps: int) -> Reached:
+    """SB3's DQN on the same config: (wall time of `learn`, env step) when the mean of its
+    last 100 training episodes first reached `target`, checked every 1000 env steps, or
+    None."""
     from stable_baselines3.common.callbacks import BaseCallback
 
-    class Reached(BaseCallback):
-        seconds: float | None = None
+    class StopAt(BaseCallback):
+        reached: Reached = None
 
         def _on_step(self) -> bool:
             if self.num_timesteps % 1000:  # the check every 1000 steps, nothing between
                 return True
             mean = sb3_return_mean_100(self.model)
             if mean is not None and mean >= target:
-                self.seconds = time.perf_counter() - start
+                self.reached = time.perf_counter() - start, self.num_timesteps
                 return False
             return True
 
     torch.set_num_threads(1)
     algo = job_config(*job)[0].algo
     model = sb3_model(algo, "CartPole-v1", algo.learning_starts, seed=seed)
-    reached = Reached()
+    stop = StopAt()
     with subnormals(flushed=False):  # as SB3 ships (hetrl's jobs flush them)
         start = time.perf_counter()
-        model.learn(steps, callback=reached)
-    return reached.seconds
+        model.learn(steps, callback=stop)
+    return stop.reached
 
 
 def time_to(recipe: str, target: float, seeds: int, smoke: bool) -> None:
@@ -189,10 +195,10 @@ def time_to(recipe: str, target: float, seeds: int, smoke: bool) -> None:
             got = {"hetrl pearl": hetrl_time_to(Path(tmp), job, "pearl", target, seed, steps),
                    "hetrl sync": hetrl_time_to(Path(tmp), job, "sync", target, seed, steps),
                    "SB3": sb3_time_to(job, target, seed, steps)}
-            for who, seconds in got.items():
-                times[who].append(seconds)
-            rows.append([seed, *("not reached" if t is None else f"{t:.1f}"
-                                 for t in got.values())])
+            for who, reached in got.items():
+                times[who].append(None if reached is None else reached[0])
+            rows.append([seed, *("not reached" if r is None else f"{r[0]:.1f} s at {r[1]:,}"
+                                 for r in got.values())])
     medians = {who: np.median(reached) if (reached := [t for t in ts if t is not None])
                else None for who, ts in times.items()}
     summary = ["reached, median s", *(f"{sum(t is not None for t in ts)}/{seeds}"
