@@ -32,7 +32,7 @@ class EpisodicScheduler:
         boundary = StepBoundary(t, state)
         obs, owed, learner_metrics = state.obs, 0, {}
 
-        while state.step < t.steps:
+        while not t.done(state):  # the budget spent, or stop_return reached
             taken = env_step(envs, learner, obs, state.step, timer)
             with timer("replay_add"):
                 replay.add(*taken.transitions)
