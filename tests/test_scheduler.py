@@ -116,7 +116,8 @@ def test_a_diverging_learner_fails_its_run(tmp_path):
 def test_stop_return_ends_the_loop_at_the_first_log_that_reaches_it_and_evaluates_there():
     logged, evaluated = [], []
     boundary, state = _boundary(
-        log_every=10, stop_return=50.0, report=lambda step, m, kind: logged.append((step, kind.value)),
+        log_every=10, stop_return=50.0,
+        report=lambda step, m, kind: logged.append((step, kind.value)),
         learner=SimpleNamespace(batch_size=1, skipped_steps=0, state_dict=dict),
         evaluate=lambda: evaluated.append(state.step) or {"eval/return_mean": 1.0},
         eval_every=10**6)

@@ -14,8 +14,8 @@ from hetrl.partition.graph import TaskGraph
 from hetrl.partition.steps import dqn_step_graph
 
 TD_LOSSES = {"huber": F.smooth_l1_loss, "mse": F.mse_loss}
-"""`algo.td_loss`: SB3's Huber loss, or CleanRL's squared error (whose DQN-CartPole recipe
-diverges with Huber's bounded gradients)."""
+"""`algo.td_loss`: SB3's Huber loss, or CleanRL's squared error (CleanRL's DQN-CartPole
+recipe diverged here with Huber and learns with it)."""
 
 
 class DQN(OffPolicyLearner):

@@ -149,8 +149,8 @@ class StepBoundary:
         t.stop_if_requested(state)
         if log_due:
             mean = state.return_mean_100()
-            if (t.stop_return is not None and mean is not None and mean >= t.stop_return
-                    and state.reached is None):
+            if (state.reached is None and t.stop_return is not None and mean is not None
+                    and mean >= t.stop_return):
                 state.reached = (state.step, state.elapsed_s)
                 finished = True
             metrics = loop_metrics(state, t.learner, learner_metrics)
