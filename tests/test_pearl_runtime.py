@@ -10,7 +10,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-
 from helpers import build_job
 
 from hetrl.algos.base import Batch
@@ -20,7 +19,6 @@ from hetrl.scheduler.pearl_runtime import (
     DoubleBuffer,
     ResourceManager,
     Timings,
-    ring_slots,
 )
 from hetrl.scheduler.state import LoopState
 from hetrl.scheduler.updates import Updates
@@ -104,16 +102,14 @@ def test_t15_a_slot_overwritten_after_sampling_keeps_no_stale_priority():
     for k in range(4):  # slots 0..3 hold obs 0..3; the ring is full, next write at slot 0
         replay.add(np.array([[float(k)]]), np.array([0]), np.zeros(1), np.zeros((1, 1)),
                    np.zeros(1), np.zeros(1))
-    check, learner = CollisionCheck(), RecordingLearner()
+    check, learner = CollisionCheck(replay.capacity), RecordingLearner()
     updates = Updates(learner, replay, _NoPrecision(), LoopState())
 
     def after_sample(batch):  # the batched insertion after sampling: slots 0 and 1 anew
         check.sampled(batch.indices)
         for value in (100.0, 101.0):
-            pos = replay.pos
-            replay.add(np.array([[value]]), np.array([0]), np.zeros(1), np.zeros((1, 1)),
-                       np.zeros(1), np.zeros(1))
-            check.written(ring_slots(pos, 1, replay.capacity))
+            check.written(replay.add(np.array([[value]]), np.array([0]), np.zeros(1),
+                                     np.zeros((1, 1)), np.zeros(1), np.zeros(1)))
         return check.keep
 
     updates.step(after_sample)

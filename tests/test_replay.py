@@ -45,6 +45,32 @@ def test_ring_overwrites_the_oldest_and_wraps_a_multi_env_add():
     assert sorted(replay.obs[:, 0].tolist()) == [2, 3, 4, 5, 6, 7, 8, 9]
 
 
+@pytest.mark.parametrize("kind, n_step", [("uniform", 1), ("uniform", 3), ("prioritized", 1)])
+def test_add_steps_stores_a_chunk_as_successive_adds_and_names_the_slots(kind, n_step):
+    """An actor's chunk (steps, envs, ...) in one call: the same ring, n-step windows and
+    priorities as one `add` per step, wrapping the seam, and the slots it wrote, in order."""
+    from hetrl.replay.prioritized import PrioritizedReplay
+
+    cls = PrioritizedReplay if kind == "prioritized" else UniformReplay
+    one, chunked = (cls(10, OBS, gym.spaces.Discrete(4), torch.device("cpu"), n_step=n_step)
+                    for _ in range(2))
+    rng = np.random.default_rng(0)
+    for _ in range(3):  # 3 chunks of 4 steps × 2 envs: 24 rows into 10 slots
+        steps = (rng.normal(size=(4, 2, 3)).astype(np.float32), rng.integers(4, size=(4, 2)),
+                 rng.normal(size=(4, 2)), rng.normal(size=(4, 2, 3)).astype(np.float32),
+                 rng.random((4, 2)) < 0.2, rng.random((4, 2)) < 0.1)
+        expected = np.concatenate([one.add(*(c[i] for c in steps)) for i in range(4)])
+        pos = chunked.pos
+        slots = chunked.add_steps(*steps)
+        np.testing.assert_array_equal(slots, expected)
+        assert slots.tolist() == [(pos + k) % 10 for k in range(len(slots))]
+    for a, b in zip(one._columns(), chunked._columns()):
+        np.testing.assert_array_equal(a, b)
+    assert (one.pos, one.size) == (chunked.pos, chunked.size)
+    if kind == "prioritized":
+        np.testing.assert_array_equal(one.tree.tree, chunked.tree.tree)
+
+
 def test_continuous_actions_keep_their_shape_and_values():
     box = gym.spaces.Box(-2, 2, (2,))
     replay = UniformReplay(10, OBS, box, torch.device("cpu"))

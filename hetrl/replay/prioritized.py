@@ -43,10 +43,10 @@ class PrioritizedReplay(UniformReplay):
     def tree(self) -> SumTree:
         return self.sampler.tree
 
-    def _write(self, *values: np.ndarray) -> None:
-        slots = (self.pos + np.arange(len(values[0]))) % self.capacity
-        super()._write(*values)
+    def _write(self, *values: np.ndarray) -> np.ndarray:
+        slots = super()._write(*values)
         self.sampler.added(slots)  # at the max priority so far
+        return slots
 
     def sample(self, n: int) -> Batch:
         idx, weights = self.sampler.sample(n, self.size)

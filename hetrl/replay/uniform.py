@@ -69,33 +69,49 @@ class UniformReplay:
         terminated: np.ndarray,
         truncated: np.ndarray | None = None,
         stream: int = 0,
-    ) -> None:
+    ) -> np.ndarray:
         """Store one step of a batch of envs (`truncated` ends an n-step window too),
-        overwriting the oldest transitions when full."""
+        overwriting the oldest transitions when full; the slots written (none while an
+        n-step window fills)."""
         if self.n_step == 1:
-            self._write(obs, actions, rewards, next_obs, terminated,
-                        np.full(len(obs), self.gamma))
-            return
+            return self._write(obs, actions, rewards, next_obs, terminated,
+                               np.full(len(obs), self.gamma))
         if stream not in self.streams:
             self.streams[stream] = NStepAccumulator(self.n_step, self.gamma, len(obs))
         if truncated is None:
             truncated = np.zeros(len(obs), dtype=bool)
         transitions = self.streams[stream].push(obs, actions, rewards, next_obs, terminated,
                                                  truncated)
-        if transitions:
-            self._write(*transitions)
+        return self._write(*transitions) if transitions else np.empty(0, dtype=np.int64)
 
-    def _write(self, *values: np.ndarray) -> None:
-        """Store whole transitions (n-step ones already summed) at the ring's position."""
+    def add_steps(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+                  next_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+                  stream: int = 0) -> np.ndarray:
+        """Store successive steps of a batch of envs (each array shaped (steps, n_envs,
+        ...), an actor's chunk) as that many `add`s would, in one write when there are no
+        n-step windows; the slots written, in order."""
+        if self.n_step > 1:
+            return np.concatenate([self.add(*(column[i] for column in (
+                obs, actions, rewards, next_obs, terminated, truncated)), stream=stream)
+                for i in range(len(obs))])
+        rows = [column.reshape(-1, *column.shape[2:])
+                for column in (obs, actions, rewards, next_obs, terminated)]
+        return self._write(*rows, np.full(len(rows[0]), self.gamma))
+
+    def _write(self, *values: np.ndarray) -> np.ndarray:
+        """Store whole transitions (n-step ones already summed) at the ring's position; the
+        slots written."""
         n = len(values[0])
+        slots = (self.pos + np.arange(n)) % self.capacity
         end = self.pos + n
-        for column, values in zip(self._columns(), values):
+        for column, value in zip(self._columns(), values):
             if end <= self.capacity:
-                column[self.pos : end] = values
+                column[self.pos : end] = value
             else:  # wraps around the ring
-                column[np.arange(self.pos, end) % self.capacity] = values
+                column[slots] = value
         self.pos = end % self.capacity
         self.size = min(self.size + n, self.capacity)
+        return slots
 
     def sample(self, n: int) -> Batch:
         return self._batch(np.random.randint(self.size, size=n))

@@ -16,13 +16,14 @@ the actors act on weights up to one chunk stale, as in the paper.
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from hetrl.actors.pool import ActorPool
 from hetrl.actors.weights import publish
 from hetrl.actors.worker import Chunk
 from hetrl.algos.base import OffPolicyLearner
 from hetrl.config.enums import Agents
+from hetrl.replay.uniform import UniformReplay
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics, report_placement
 from hetrl.scheduler.state import LoopState, PhaseTimer
 from hetrl.scheduler.updates import Updates
@@ -132,15 +133,13 @@ class ActorQScheduler:
 
     def _learn(self, chunk: Chunk, t: Training, state: LoopState, timer: PhaseTimer,
                updates: Updates, serve: Callable[[], None]) -> dict:
-        """Store a chunk's transitions step by step and run the updates they are owed,
-        serving the actors' pulls between updates."""
-        owed = 0
+        """Store a chunk's transitions and run the updates its env steps are owed, serving
+        the actors' pulls between updates."""
+        replay: UniformReplay = t.replay  # type: ignore[assignment]  # single-agent rings
         with timer("replay_add"):
-            for i in range(len(chunk.obs)):
-                t.replay.add(chunk.obs[i], chunk.actions[i], chunk.rewards[i],
-                             chunk.next_obs[i], chunk.terminated[i], chunk.truncated[i],
-                             stream=chunk.rank)
-                owed += updates.owed(len(chunk.obs[i]))
+            replay.add_steps(chunk.obs, chunk.actions, chunk.rewards, chunk.next_obs,
+                             chunk.terminated, chunk.truncated, stream=chunk.rank)
+        owed = sum(updates.owed(len(steps)) for steps in chunk.obs)
         if self.rate_limiter == "samples_per_insert":
             owed = self._spi_owed(t.learner, state, state.step)  # type: ignore[arg-type]
         state.record_episodes(chunk.returns)

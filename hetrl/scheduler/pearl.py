@@ -34,6 +34,7 @@ from hetrl.actors.weights import publish
 from hetrl.actors.worker import Chunk
 from hetrl.algos.base import Batch, OffPolicyLearner
 from hetrl.config.enums import Agents
+from hetrl.replay.uniform import UniformReplay
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics, report_placement
 from hetrl.scheduler.pearl_runtime import (
     ChunkRing,
@@ -42,7 +43,6 @@ from hetrl.scheduler.pearl_runtime import (
     ResourceManager,
     Timings,
     flatten,
-    ring_slots,
 )
 from hetrl.scheduler.state import LoopState, Report
 from hetrl.scheduler.updates import Updates
@@ -65,10 +65,10 @@ class PearlScheduler:
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         pool: ActorPool = t.actors  # type: ignore[assignment]  # validate() ensures it
         learner: OffPolicyLearner = t.learner  # type: ignore[assignment]
-        replay = t.replay
+        replay: UniformReplay = t.replay  # type: ignore[assignment]  # single-agent rings
         n_envs = t.envs.num_envs
         phase = state.phase_s
-        check = CollisionCheck()
+        check = CollisionCheck(replay.capacity)
         manager = ResourceManager(pool.n, learner.batch_size)
         active = set(range(pool.n))
         events: list[dict[str, float]] = []
@@ -143,13 +143,9 @@ class PearlScheduler:
             """The batched insertion of the collection buffer, recording the slots it wrote."""
             start = perf_counter()
             for chunk in chunks:
-                for i in range(len(chunk.obs)):
-                    pos = getattr(replay, "pos", None)
-                    replay.add(chunk.obs[i], chunk.actions[i], chunk.rewards[i],
-                               chunk.next_obs[i], chunk.terminated[i], chunk.truncated[i],
-                               stream=chunk.rank)
-                    if pos is not None:
-                        check.written(ring_slots(pos, len(chunk.obs[i]), replay.capacity))
+                check.written(replay.add_steps(chunk.obs, chunk.actions, chunk.rewards,
+                                               chunk.next_obs, chunk.terminated,
+                                               chunk.truncated, stream=chunk.rank))
             phase["pearl_insert"] = phase.get("pearl_insert", 0.0) + perf_counter() - start
 
         def flushing() -> bool:

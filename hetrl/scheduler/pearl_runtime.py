@@ -16,31 +16,30 @@ import torch
 class CollisionCheck:
     """Which sampled slots a batched insertion overwrote before their priority update.
 
-    `sampled(indices)` records a batch's replay slots; `written(slots)` records the slots an
+    `sampled(indices)` starts a batch's window; `written(slots)` records the slots an
     insertion overwrote since; `keep(indices)` is the mask of the sampled rows whose priority
     update may still go in (the others' slots now hold a new experience: its priority must not
-    be the old one's TD error, so that update is dropped and counted)."""
+    be the old one's TD error, so that update is dropped and counted). A flag per slot of the
+    ring's `capacity`: each call costs its own slots, not the ring's size."""
 
-    def __init__(self) -> None:
-        self.overwritten: set[int] = set()
+    def __init__(self, capacity: int) -> None:
+        self.overwritten = np.zeros(capacity, dtype=bool)
+        self.marked: list[np.ndarray] = []
         self.collisions = 0
 
     def sampled(self, indices: np.ndarray) -> None:
-        self.overwritten.clear()
+        for slots in self.marked:
+            self.overwritten[slots] = False
+        self.marked.clear()
 
     def written(self, slots: np.ndarray) -> None:
-        self.overwritten.update(int(s) for s in np.asarray(slots).ravel())
+        self.overwritten[slots] = True
+        self.marked.append(slots)
 
     def keep(self, indices: np.ndarray) -> np.ndarray:
-        stale = np.fromiter((int(i) in self.overwritten for i in np.asarray(indices)),
-                            dtype=bool, count=len(indices))
+        stale = self.overwritten[indices]
         self.collisions += int(stale.sum())
         return ~stale
-
-
-def ring_slots(pos: int, n: int, capacity: int) -> np.ndarray:
-    """The slots a ring buffer at `pos` writes `n` transitions into."""
-    return (pos + np.arange(n)) % capacity
 
 
 # ---- double-buffered weights with version tags (§B.2.5) ---------------------------------
