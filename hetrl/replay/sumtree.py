@@ -157,9 +157,9 @@ def _kernels() -> SimpleNamespace:
 
 
 def compile_kernels() -> float:
-    """Compile (or load from numba's cache) the kernels for the tree's array types; the
-    seconds it took. The first call of a kernel in a process pays this, so a timing leaves it
-    out by calling this first."""
+    """Compile (or load from numba's cache: about 0.6 s here, numba's import included) the
+    kernels for the tree's array types; the seconds it took. A compiled tree calls it when it
+    is made, so a loop's first insert or sample does not pay it."""
     start = time.perf_counter()
     if COMPILED:
         kernels = _kernels()
@@ -196,6 +196,8 @@ class SumTree:
             self.leaves *= fanout
         self.offset = (self.leaves - 1) // (fanout - 1)  # the first leaf's node
         self.tree = np.zeros(self.offset + self.leaves, dtype=np.float64)
+        if self.compiled:  # here, where a job is built, not in its first timed insert
+            compile_kernels()
 
     @property
     def total(self) -> float:
