@@ -38,7 +38,7 @@ class CollisionCheck:
 
     def keep(self, indices: np.ndarray) -> np.ndarray:
         stale = self.overwritten[indices]
-        self.collisions += int(stale.sum())
+        self.collisions += int(np.count_nonzero(stale))
         return ~stale
 
 

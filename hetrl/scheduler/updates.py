@@ -60,7 +60,9 @@ class Updates:
                 indices, td_errors = batch.indices, metrics.pop("td_errors")
                 if keep is not None:  # collision check: drop the stale rows' updates
                     mask = keep(indices)
-                    indices, td_errors = indices[mask], td_errors[torch.as_tensor(mask, device=td_errors.device)]
+                    if not mask.all():  # (most batches: none)
+                        indices = indices[mask]
+                        td_errors = td_errors[torch.as_tensor(mask, device=td_errors.device)]
                 replay.update_priorities(indices, td_errors)
         self.state.updates += 1
         return metrics
