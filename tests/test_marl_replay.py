@@ -150,6 +150,9 @@ def test_storage_grows_to_capacity_keeping_what_is_stored(monkeypatch):
         obs, _, rewards, _, _ = replay.gather(np.arange(40))
         stored = sorted(rewards[:, 0] / 10)
         assert stored == list(range(10, 50)) and np.all(obs[:, 0, 0] == rewards[:, 0])
+        slots = replay.add(*_transition(50, n_envs=2))  # the slots it wrote: where they are
+        assert slots.tolist() == [10, 11]
+        assert (replay.gather(slots)[2][:, 0] / 10).tolist() == [50, 51]
 
 
 def test_nbytes_bounds_what_the_storage_takes(monkeypatch):

@@ -21,9 +21,10 @@ class Replay(Protocol):
 
     def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
             next_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-            stream: int = 0) -> None:
-        """Store one step of every env; `stream` names the source of the steps (the loop's
-        envs, or one actor of many) for replays that keep state per source."""
+            stream: int = 0) -> np.ndarray:
+        """Store one step of every env; the ring slots written. `stream` names the source of
+        the steps (the loop's envs, or one actor of many) for replays that keep state per
+        source."""
 
     def sample(self, n: int) -> Batch: ...
 

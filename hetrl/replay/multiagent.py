@@ -74,10 +74,10 @@ class MultiAgentReplay:
 
     def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
             next_obs: np.ndarray, terminated: np.ndarray, truncated: np.ndarray | None = None,
-            stream: int = 0) -> None:
-        """Store one transition per env, overwriting the oldest when full. `terminated` (one
-        per env) applies to every agent; `truncated` and `stream` are unused (no n-step
-        returns here)."""
+            stream: int = 0) -> np.ndarray:
+        """Store one transition per env, overwriting the oldest when full; the slots written.
+        `terminated` (one per env) applies to every agent; `truncated` and `stream` are
+        unused (no n-step returns here)."""
         n = len(obs)
         if self.pos + n > self.allocated and self.allocated < self.capacity:
             self.allocated = min(self.capacity, max(2 * self.allocated, self.pos + n))
@@ -89,6 +89,7 @@ class MultiAgentReplay:
         self.sampler.added(slots)
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
+        return slots
 
     def sample(self, n: int) -> Batch:
         idx, weights = self.sampler.sample(n, self.size)
