@@ -21,9 +21,10 @@ libraries: DQN CartPole-v1 (batch 64, hidden [256, 256], train_freq 4) and DDPG 
    against plain PyTorch at that setting.
 2. End to end: SB3's timed `model.learn()` against the loop's own `sps` metric of one hetrl
    job run as `python -m hetrl` runs it (1 thread); then the "best" candidates (2 threads,
-   bf16 for DDPG as above, `env.n_envs` > 1: train_freq counts env steps across envs) as one
-   Hydra multirun, `python -m hetrl -m`, tracked to a throwaway MLflow store their `sps` is read
-   back from. The fastest is "best".
+   bf16 for DDPG as above, `env.n_envs` > 1: train_freq counts env steps across envs; the
+   sync loop, and PEARL's, whose actor processes step the envs on the other core, both on
+   SB3's uniform replay) as one Hydra multirun, `python -m hetrl -m`, tracked to a throwaway
+   MLflow store their `sps` is read back from. The fastest is "best".
 
 SB3 runs as it ships, computing subnormal floats (torch's default); every hetrl job flushes
 them to zero (hetrl.runtime), which on DQN-CartPole is worth about 1.6x: Adam's moments of
@@ -128,7 +129,8 @@ def workloads(mode: Mode, only: str) -> list[Workload]:
                 f"steps={mode.steps[i]}", f"log_every={mode.steps[i]}", "platform.threads=1",
                 "seed=0", *mode.extra]
         best = ["platform.threads=1,2" if mode.threads == 2 else "platform.threads=1",
-                *["precision=bf16"] * best_in_bf16(algo), f"env.n_envs={mode.n_envs[i]}"]
+                *["precision=bf16"] * best_in_bf16(algo), f"env.n_envs={mode.n_envs[i]}",
+                "scheduler=sync,pearl", "replay=uniform"]
         chosen.append(Workload(
             f"{algo.upper()} {env_id}", algo, env_id, batch, mode.updates[i], mode.steps[i],
             lambda *extra, base=base: list({o.split("=")[0]: o for o in (*base, *extra)}.values()),
@@ -263,7 +265,8 @@ def end_to_end(w: Workload, store: Path, starts: int) -> tuple[dict, dict, dict,
     torch.set_num_threads(1)
     candidates = [{**loop_figures(r.data.metrics, w.steps),
                    "threads": r.data.params["platform.threads"],
-                   "setting": f"{r.data.tags['precision']}, {r.data.params['env.n_envs']} env"}
+                   "setting": f"{r.data.tags['scheduler']}, {r.data.tags['precision']}, "
+                              f"{r.data.params['env.n_envs']} env"}
                   for r in sweep(store / "sweep", *w.overrides(*w.candidates))]
     return sb3, sb3_flushed, hetrl, candidates
 
@@ -303,7 +306,8 @@ def report(results: list, mode: Mode, checks: list[str], total: float) -> None:
             *(f"{r['phases'].get(n, 0):.2f} ({100 * r['phases'].get(n, 0) / r['loop_s']:.0f}%)"
               for n in names), f"{r['loop_s'] - sum(r['phases'].values()):.2f}")
            for name, label, r in runs],
-          "### hetrl phases, end to end (seconds of the training loop; `phase/<name>_s`)")
+          "### hetrl phases, end to end (seconds of the training loop; `phase/<name>_s`; "
+          "under scheduler=pearl `actor` runs beside the loop, in the actor processes)")
 
     rows = []
     for w, lr, sb3, sb3_flushed, _, candidates in results:
