@@ -90,12 +90,11 @@ class UniformReplay:
         """Store successive steps of a batch of envs (each array shaped (steps, n_envs,
         ...), an actor's chunk) as that many `add`s would, in one write when there are no
         n-step windows; the slots written, in order."""
+        columns = (obs, actions, rewards, next_obs, terminated, truncated)
         if self.n_step > 1:
-            return np.concatenate([self.add(*(column[i] for column in (
-                obs, actions, rewards, next_obs, terminated, truncated)), stream=stream)
-                for i in range(len(obs))])
-        rows = [column.reshape(-1, *column.shape[2:])
-                for column in (obs, actions, rewards, next_obs, terminated)]
+            return np.concatenate([self.add(*(column[i] for column in columns), stream=stream)
+                                   for i in range(len(obs))])
+        rows = [column.reshape(-1, *column.shape[2:]) for column in columns[:-1]]
         return self._write(*rows, np.full(len(rows[0]), self.gamma))
 
     def _write(self, *values: np.ndarray) -> np.ndarray:

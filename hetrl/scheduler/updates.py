@@ -60,7 +60,7 @@ class Updates:
                 indices, td_errors = batch.indices, metrics.pop("td_errors")
                 if keep is not None:  # collision check: drop the stale rows' updates
                     mask = keep(indices)
-                    if not mask.all():  # (most batches: none)
+                    if not mask.all():  # most batches have no stale row
                         indices = indices[mask]
                         td_errors = td_errors[torch.as_tensor(mask, device=td_errors.device)]
                 replay.update_priorities(indices, td_errors)
