@@ -7,6 +7,7 @@ Run from the repository root:
     python benchmarks/mixed_reward_error.py                       # every workload, 5 seeds: hours
     python benchmarks/mixed_reward_error.py --workload dqn_cartpole --seeds 8
     python benchmarks/mixed_reward_error.py --smoke               # 2 seeds, 300 steps: seconds
+    python benchmarks/mixed_reward_error.py --workers 2 ...       # two seeds at a time
     python benchmarks/mixed_reward_error.py --workload ddpg_mountaincar_continuous \
         --store runs/reward_error     # across sittings: stop it any time, run it again
 
@@ -56,6 +57,8 @@ import shlex
 import statistics
 import sys
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 from typing import NamedTuple
 
@@ -101,12 +104,35 @@ def reduced_forward_layers(*overrides: str) -> int:
                for layers in layer_forward_dtypes(nodes).values() for dtype in layers.values())
 
 
+def seed_pair(store: Path, job: list[str]) -> tuple[dict, dict]:
+    """One seed's fp32 job, then its mixed job, which finds the fp32 one as its reference run
+    in their MLflow store (`store`, the seed's own: pairs of different seeds run at once)."""
+    fp32 = run_or_resume(store, store / "fp32", *job, "precision=fp32",
+                         checkpoint_every=CHECKPOINT_EVERY)
+    mixed = run_or_resume(store, store / "mixed", *[o for o in job if "measure_layers" not in o],
+                          "platform=versal", "precision=mixed", checkpoint_every=CHECKPOINT_EVERY)
+    return fp32, mixed
+
+
+def run_pairs(store: Path, name: str, seeds: range, job: list[str], steps: int,
+              workers: int) -> list[tuple[dict, dict]]:
+    """Every seed's pair of jobs, `workers` pairs at a time (each in a process of its own)."""
+    tasks = [(store / f"{name}-{steps}steps" / f"seed{seed}", [*job, f"seed={seed}"])
+             for seed in seeds]
+    if workers == 1:
+        return [seed_pair(*task) for task in tasks]
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        return list(pool.map(seed_pair, *zip(*tasks)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", choices=sorted(WORKLOADS), action="append",
                         help="a Table III workload (repeatable; default: all four)")
     parser.add_argument("--seeds", type=int, default=MIN_SEEDS)
     parser.add_argument("--steps", type=int, help="override every workload's budget")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="seeds trained at a time, one process each (2 on 2 cores)")
     parser.add_argument("--smoke", action="store_true", help="DQN-CartPole, 2 seeds, 300 steps")
     parser.add_argument("--store", type=Path,
                         help="keep the jobs here (MLflow store, checkpoints): run again with it "
@@ -128,22 +154,12 @@ def main() -> None:
             else:
                 budget = [f"steps={steps}", f"eval.every={every}",
                           f"eval.episodes={episodes}", "log_every=5000"]
-            fp32: dict[str, list[float]] = {FINAL: [], KEPT: []}
-            mixed: dict[str, list[float]] = {FINAL: [], KEPT: []}
+            pairs = run_pairs(store, name, seeds, [*overrides, *budget], steps, args.workers)
+            fp32 = {key: [a.get(key, float("nan")) for a, _ in pairs] for key in (FINAL, KEPT)}
+            mixed = {key: [b.get(key, float("nan")) for _, b in pairs] for key in (FINAL, KEPT)}
             for seed in seeds:
-                job = [*overrides, f"seed={seed}", *budget]
-                jobs = store / f"{name}-{steps}steps" / f"seed{seed}"
-                a = run_or_resume(store, jobs / "fp32", *job, "precision=fp32",
-                                  checkpoint_every=CHECKPOINT_EVERY)
-                b = run_or_resume(store, jobs / "mixed",
-                                  *[o for o in job if "measure_layers" not in o],
-                                  "platform=versal", "precision=mixed",
-                                  checkpoint_every=CHECKPOINT_EVERY)
-                for key in (FINAL, KEPT):
-                    fp32[key].append(a.get(key, float("nan")))
-                    mixed[key].append(b.get(key, float("nan")))
                 print(f"{name} seed {seed}: " + "  ".join(
-                    f"{key} fp32 {fp32[key][-1]:.1f} mixed {mixed[key][-1]:.1f}"
+                    f"{key} fp32 {fp32[key][seed]:.1f} mixed {mixed[key][seed]:.1f}"
                     for key in (FINAL, KEPT)), flush=True)
             reduced = reduced_forward_layers(*overrides, "tracking=none")
             for key in (score, *({FINAL, KEPT} - {score})):  # the scored return first

@@ -49,11 +49,12 @@ def _smoke(script: Path, cwd: Path, *args: str) -> str:
 def test_a_stored_reward_error_run_reads_its_finished_jobs_back(tmp_path: Path) -> None:
     """`mixed_reward_error.py --smoke --store`: run again, it prints the same table without
     training a job again (a stopped one would resume from its checkpoint, as
-    test_reproducibility.py shows of any job)."""
+    test_reproducibility.py shows of any job). The first run trains its two seeds in two
+    worker processes, the second reads them back in one."""
     script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
     outputs, checkpoints = [], []
-    for _ in range(2):
-        outputs.append(_smoke(script, tmp_path, "--store", "store"))
+    for workers in ("2", "1"):
+        outputs.append(_smoke(script, tmp_path, "--store", "store", "--workers", workers))
         checkpoints.append({path: path.stat().st_mtime_ns
                             for path in (tmp_path / "store").glob("*/seed*/*/checkpoint.pt")})
     assert len(checkpoints[0]) == 4  # 2 seeds x (fp32, mixed)
