@@ -8,6 +8,8 @@ Run from the repository root:
     python benchmarks/mixed_reward_error.py --workload dqn_cartpole --seeds 8
     python benchmarks/mixed_reward_error.py --smoke               # 2 seeds, 300 steps: seconds
     python benchmarks/mixed_reward_error.py --workers 2 ...       # two seeds at a time
+    python benchmarks/mixed_reward_error.py --workload ddpg_lunarlander_continuous \
+        --workers 2 --ledger benchmarks/results/reward_error.jsonl   # across machines
     python benchmarks/mixed_reward_error.py --workload ddpg_mountaincar_continuous \
         --store runs/reward_error     # across sittings: stop it any time, run it again
 
@@ -23,6 +25,11 @@ one, per workload, under Budgets below), not on the training return: `return_mea
 in exploration and the last 100 episodes of a policy that is still moving, and was the noise
 that made the old figures unresolvable (DQN-CartPole: 18.7 % per seed, 8.4 % of the means, a
 noise floor of 25.8 %).
+
+A store lives on one machine. `--ledger FILE` also appends each finished pair (both jobs'
+scores, the commit, date and host) to a JSON-lines file, and takes the pairs already in it as
+done: committed, it carries a row of many hours to the next sitting on another machine, which
+trains only the seeds it lacks (a pair stopped halfway starts again there).
 
 The table gives, per workload, the error of the seed means with its 95 % stratified-bootstrap
 interval and the fp32 noise floor (the upper end of the interval of fp32 against itself), both
@@ -53,18 +60,21 @@ Budgets and the return scored, where the fp32 runs have converged and stay conve
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import shlex
 import statistics
+import subprocess
 import sys
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import torch
-from common import build_job, run_or_resume, table, verdict
+from common import build_job, host_line, run_or_resume, table, verdict
 
 from hetrl.faults import exit_on_stop
 from hetrl.precision.mixed import layer_forward_dtypes
@@ -114,15 +124,64 @@ def seed_pair(store: Path, job: list[str]) -> tuple[dict, dict]:
     return fp32, mixed
 
 
-def run_pairs(store: Path, name: str, seeds: range, job: list[str], steps: int,
-              workers: int) -> list[tuple[dict, dict]]:
-    """Every seed's pair of jobs, `workers` pairs at a time (each in a process of its own)."""
-    tasks = [(store / f"{name}-{steps}steps" / f"seed{seed}", [*job, f"seed={seed}"])
-             for seed in seeds]
+class Ledger:
+    """The finished pairs, a JSON line each (`--ledger`): the workload, the job's overrides,
+    both jobs' scores, and the commit, date and host they were measured on. A store lives on
+    one machine; the ledger, committed, carries a row of many hours across sittings: a pair
+    found in it is not trained again (its job overrides must match exactly)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.entries = ([json.loads(line) for line in path.read_text().splitlines() if line]
+                        if path.is_file() else [])
+
+    def find(self, workload: str, job: list[str]) -> dict | None:
+        return next((e for e in self.entries if e["workload"] == workload and e["job"] == job),
+                    None)
+
+    def add(self, workload: str, job: list[str], pair: tuple[dict, dict]) -> dict:
+        commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                                text=True, check=False, cwd=Path(__file__).parent).stdout.strip()
+        entry = {"workload": workload, "job": job,
+                 **{label: {key: metrics.get(key, float("nan")) for key in (FINAL, KEPT)}
+                    for label, metrics in zip(("fp32", "mixed"), pair)},
+                 "commit": commit or "unknown", "date": datetime.date.today().isoformat(),
+                 "host": host_line()}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+        self.entries.append(entry)
+        return entry
+
+
+def finished_pairs(tasks: dict[int, tuple[Path, list[str]]], workers: int):
+    """(seed, pair) of every task as it finishes, `workers` pairs at a time (each in a
+    process of its own) or, with one worker, in this process."""
     if workers == 1:
-        return [seed_pair(*task) for task in tasks]
+        for seed, task in tasks.items():
+            yield seed, seed_pair(*task)
+        return
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        return list(pool.map(seed_pair, *zip(*tasks)))
+        futures = {pool.submit(seed_pair, *task): seed for seed, task in tasks.items()}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
+def run_pairs(store: Path, name: str, seeds: range, job: list[str], steps: int, workers: int,
+              ledger: Ledger | None) -> list[tuple[dict, dict]]:
+    """Every seed's pair of jobs: read from the ledger where it holds them, trained (and
+    entered in the ledger as each finishes) where not."""
+    tasks = {seed: (store / f"{name}-{steps}steps" / f"seed{seed}", [*job, f"seed={seed}"])
+             for seed in seeds}
+    entries = {seed: ledger.find(name, tasks[seed][1]) if ledger else None for seed in seeds}
+    for seed, entry in entries.items():
+        if entry is not None:
+            print(f"{name} seed {seed}: from the ledger ({entry['commit']}, {entry['date']})")
+    todo = {seed: task for seed, task in tasks.items() if entries[seed] is None}
+    for seed, pair in finished_pairs(todo, workers):
+        entries[seed] = (ledger.add(name, tasks[seed][1], pair) if ledger
+                         else dict(zip(("fp32", "mixed"), pair)))
+    return [(entries[seed]["fp32"], entries[seed]["mixed"]) for seed in seeds]
 
 
 def main() -> None:
@@ -134,6 +193,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1,
                         help="seeds trained at a time, one process each (2 on 2 cores)")
     parser.add_argument("--smoke", action="store_true", help="DQN-CartPole, 2 seeds, 300 steps")
+    parser.add_argument("--ledger", type=Path,
+                        help="a JSON-lines file of finished pairs: those in it are read, not "
+                             "trained; each new one is appended (commit it to go on elsewhere)")
     parser.add_argument("--store", type=Path,
                         help="keep the jobs here (MLflow store, checkpoints): run again with it "
                              "to read back the finished jobs and resume the stopped ones")
@@ -142,6 +204,7 @@ def main() -> None:
         parser.error(f"--seeds {args.seeds}: a reward error of 1-5 % needs >= {MIN_SEEDS} seeds")
     names = ["dqn_cartpole"] if args.smoke else args.workload or list(WORKLOADS)
     seeds = range(2 if args.smoke else args.seeds)
+    ledger = Ledger(args.ledger) if args.ledger else None
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         store = args.store.resolve() if args.store else Path(tmp)
@@ -154,7 +217,8 @@ def main() -> None:
             else:
                 budget = [f"steps={steps}", f"eval.every={every}",
                           f"eval.episodes={episodes}", "log_every=5000"]
-            pairs = run_pairs(store, name, seeds, [*overrides, *budget], steps, args.workers)
+            pairs = run_pairs(store, name, seeds, [*overrides, *budget], steps, args.workers,
+                              ledger)
             fp32 = {key: [a.get(key, float("nan")) for a, _ in pairs] for key in (FINAL, KEPT)}
             mixed = {key: [b.get(key, float("nan")) for _, b in pairs] for key in (FINAL, KEPT)}
             for seed in seeds:

@@ -47,16 +47,21 @@ def _smoke(script: Path, cwd: Path, *args: str) -> str:
 
 @pytest.mark.slow
 def test_a_stored_reward_error_run_reads_its_finished_jobs_back(tmp_path: Path) -> None:
-    """`mixed_reward_error.py --smoke --store`: run again, it prints the same table without
-    training a job again (a stopped one would resume from its checkpoint, as
-    test_reproducibility.py shows of any job). The first run trains its two seeds in two
-    worker processes, the second reads them back in one."""
+    """`mixed_reward_error.py --smoke --store --ledger`: run again with the store, it prints
+    the same table without training a job again (a stopped one would resume from its
+    checkpoint, as test_reproducibility.py shows of any job); run with the ledger alone, on a
+    machine without the store, the same table again. The first run trains its two seeds in two
+    worker processes, the others read them back in one."""
     script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
     outputs, checkpoints = [], []
-    for workers in ("2", "1"):
-        outputs.append(_smoke(script, tmp_path, "--store", "store", "--workers", workers))
+    for args in (["--store", "store", "--workers", "2", "--ledger", "ledger.jsonl"],
+                 ["--store", "store"], ["--ledger", "ledger.jsonl"]):
+        outputs.append(_smoke(script, tmp_path, *args))
         checkpoints.append({path: path.stat().st_mtime_ns
                             for path in (tmp_path / "store").glob("*/seed*/*/checkpoint.pt")})
     assert len(checkpoints[0]) == 4  # 2 seeds x (fp32, mixed)
-    assert checkpoints[1] == checkpoints[0]
-    assert TABLE.search(outputs[0]) and outputs[1] == outputs[0], outputs[0][-3000:]
+    assert checkpoints[2] == checkpoints[1] == checkpoints[0]
+    assert len((tmp_path / "ledger.jsonl").read_text().splitlines()) == 2  # a line a seed
+    assert outputs[2].count("from the ledger") == 2 and "from the ledger" not in outputs[0]
+    tables = [TABLE.search(out) and out[out.index("\n|"):] for out in outputs]
+    assert tables[0] and tables[2] == tables[1] == tables[0], outputs[0][-3000:]
