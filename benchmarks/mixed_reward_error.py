@@ -63,12 +63,14 @@ import argparse
 import datetime
 import json
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import NamedTuple
 
@@ -76,7 +78,7 @@ import numpy as np
 import torch
 from common import build_job, host_line, run_or_resume, table, verdict
 
-from hetrl.faults import exit_on_stop
+from hetrl.faults import Stopped, exit_on_stop
 from hetrl.precision.mixed import layer_forward_dtypes
 from hetrl.tracking.seeds import error_of_means, intervals
 
@@ -154,17 +156,74 @@ class Ledger:
         return entry
 
 
+def _pair_into(conn: Connection, store: Path, job: list[str]) -> None:
+    """A worker process's work: one seed's pair, or the exception it raised (a stopped job's
+    `Stopped` included), sent to the parent."""
+    try:
+        conn.send(seed_pair(store, job))
+    except BaseException as error:  # noqa: BLE001  (the parent raises it)
+        conn.send(error)
+
+
 def finished_pairs(tasks: dict[int, tuple[Path, list[str]]], workers: int):
-    """(seed, pair) of every task as it finishes, `workers` pairs at a time (each in a
-    process of its own) or, with one worker, in this process."""
+    """(seed, pair) of every task as it finishes: with one worker in this process, else
+    `workers` pairs at a time, each in a process of its own. A Ctrl-C or SIGTERM here goes on
+    to the running pairs as SIGTERM (each job checkpoints and ends KILLED; for a job the
+    Ctrl-C reached too it is not a second one), no pair starts after it, and a stopped job's
+    `Stopped` is raised once every running pair has stopped."""
     if workers == 1:
         for seed, task in tasks.items():
             yield seed, seed_pair(*task)
         return
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(seed_pair, *task): seed for seed, task in tasks.items()}
-        for future in as_completed(futures):
-            yield futures[future], future.result()
+    context = get_context("spawn")
+    waiting = list(tasks.items())
+    running: dict[int, tuple[Connection, BaseProcess]] = {}
+    stops: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        stops.append(signum)
+        for _, process in running.values():
+            process.terminate()
+
+    handlers = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    stopped = None
+    try:
+        while running or (waiting and not stops):
+            while waiting and not stops and len(running) < workers:
+                seed, task = waiting.pop(0)
+                here, there = context.Pipe(duplex=False)
+                process = context.Process(target=_pair_into, args=(there, *task))
+                process.start()
+                there.close()
+                running[seed] = here, process
+                if stops:  # the stop came as it started
+                    process.terminate()
+            ready = set(wait([end for pair in running.values() for end in
+                              (pair[0], pair[1].sentinel)]))
+            for seed, (conn, process) in list(running.items()):
+                if conn not in ready and process.sentinel not in ready:
+                    continue
+                try:
+                    outcome = conn.recv()
+                except EOFError:  # it died without a word
+                    outcome = None if stops else RuntimeError(
+                        f"the worker of seed {seed} exited (code {process.exitcode})")
+                del running[seed]
+                process.join()
+                if isinstance(outcome, Stopped) or outcome is None:
+                    stopped = stopped or outcome
+                elif isinstance(outcome, BaseException):
+                    raise outcome
+                else:
+                    yield seed, outcome
+        if stops:
+            raise stopped or Stopped(stops[0])
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        for _, process in running.values():  # a failure elsewhere: they stop, checkpointed
+            process.terminate()
+            process.join()
 
 
 def run_pairs(store: Path, name: str, seeds: range, job: list[str], steps: int, workers: int,

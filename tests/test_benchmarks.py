@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
+from helpers import mlflow_runs
 
 BENCHMARKS = sorted(path for path in (Path(__file__).parent.parent / "benchmarks").glob("*.py")
                     if 'if __name__ == "__main__":' in path.read_text())
@@ -65,3 +70,57 @@ def test_a_stored_reward_error_run_reads_its_finished_jobs_back(tmp_path: Path) 
     assert outputs[2].count("from the ledger") == 2 and "from the ledger" not in outputs[0]
     tables = [TABLE.search(out) and out[out.index("\n|"):] for out in outputs]
     assert tables[0] and tables[2] == tables[1] == tables[0], outputs[0][-3000:]
+
+
+@pytest.mark.slow
+def test_a_stop_reaches_every_worker_of_a_reward_error_run(tmp_path: Path) -> None:
+    """SIGTERM to `mixed_reward_error.py --workers 2` goes on to both running pairs: each job
+    checkpoints and ends KILLED before the benchmark exits 143 with the command that goes on,
+    and no other pair starts."""
+    script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
+    bench = subprocess.Popen(
+        [sys.executable, str(script), "--workload", "dqn_cartpole", "--steps", "50000",
+         "--workers", "2", "--store", "store"], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+    seeds = [tmp_path / "store" / "dqn_cartpole-50000steps" / f"seed{seed}" for seed in (0, 1)]
+    deadline = time.monotonic() + 240
+    try:
+        while not all(_opened_runs(seed) for seed in seeds):
+            assert bench.poll() is None and time.monotonic() < deadline, bench.stderr.read()
+            time.sleep(1)  # until both jobs have opened their runs (and listen for a stop)
+        bench.send_signal(signal.SIGTERM)
+        _, err = bench.communicate(timeout=240)
+        left = _processes_in(tmp_path)
+    finally:
+        bench.kill()
+        for pid in _processes_in(tmp_path):
+            os.kill(pid, signal.SIGKILL)
+    assert bench.returncode == 143, err[-3000:]
+    assert not left, "worker processes outlived the benchmark"
+    assert "after a checkpoint; go on with: python" in err.splitlines()[-1], err[-3000:]
+    for seed in seeds:
+        assert [r.info.status for r in mlflow_runs(seed)] == ["KILLED"]
+        assert (seed / "fp32" / "checkpoint.pt").is_file()
+    assert sorted(path.name for path in seeds[0].parent.iterdir()) == ["seed0", "seed1"]
+
+
+def _opened_runs(store: Path) -> int:
+    """The runs in a store's MLflow database, read as it is being made (MLflow's client
+    would migrate it meanwhile)."""
+    try:
+        with closing(sqlite3.connect(f"file:{store / 'mlflow.db'}?mode=ro", uri=True)) as db:
+            return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+    except sqlite3.OperationalError:  # no database yet, or no table yet
+        return 0
+
+
+def _processes_in(folder: Path) -> list[int]:
+    """The processes working in `folder` (their cwd): a benchmark's and its workers'."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if Path(os.readlink(proc / "cwd")) == folder:
+                pids.append(int(proc.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return pids
