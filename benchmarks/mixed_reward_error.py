@@ -136,18 +136,20 @@ class Ledger:
         self.path = path
         self.entries = ([json.loads(line) for line in path.read_text().splitlines() if line]
                         if path.is_file() else [])
+        # the code the jobs run: this checkout as the benchmark starts, not as a pair ends
+        self.commit = subprocess.run(["git", "describe", "--always", "--dirty"],
+                                     capture_output=True, text=True, check=False,
+                                     cwd=Path(__file__).parent).stdout.strip() or "unknown"
 
     def find(self, workload: str, job: list[str]) -> dict | None:
         return next((e for e in self.entries if e["workload"] == workload and e["job"] == job),
                     None)
 
     def add(self, workload: str, job: list[str], pair: tuple[dict, dict]) -> dict:
-        commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
-                                text=True, check=False, cwd=Path(__file__).parent).stdout.strip()
         entry = {"workload": workload, "job": job,
                  **{label: {key: metrics.get(key, float("nan")) for key in (FINAL, KEPT)}
                     for label, metrics in zip(("fp32", "mixed"), pair)},
-                 "commit": commit or "unknown", "date": datetime.date.today().isoformat(),
+                 "commit": self.commit, "date": datetime.date.today().isoformat(),
                  "host": host_line()}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
@@ -259,6 +261,8 @@ def main() -> None:
                         help="keep the jobs here (MLflow store, checkpoints): run again with it "
                              "to read back the finished jobs and resume the stopped ones")
     args = parser.parse_args()
+    if args.workers < 1:
+        parser.error(f"--workers {args.workers}: give 1 or more (seeds trained at a time)")
     if not args.smoke and args.seeds < MIN_SEEDS:
         parser.error(f"--seeds {args.seeds}: a reward error of 1-5 % needs >= {MIN_SEEDS} seeds")
     names = ["dqn_cartpole"] if args.smoke else args.workload or list(WORKLOADS)
