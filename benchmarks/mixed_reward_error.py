@@ -26,10 +26,12 @@ in exploration and the last 100 episodes of a policy that is still moving, and w
 that made the old figures unresolvable (DQN-CartPole: 18.7 % per seed, 8.4 % of the means, a
 noise floor of 25.8 %).
 
-A store lives on one machine. `--ledger FILE` also appends each finished pair (both jobs'
-scores, the commit, date and host) to a JSON-lines file, and takes the pairs already in it as
-done: committed, it carries a row of many hours to the next sitting on another machine, which
-trains only the seeds it lacks (a pair stopped halfway starts again there).
+A store lives on one machine. `--ledger FILE` also appends each finished job (its scores, the
+commit, date and host) to a JSON-lines file, and takes the jobs already in it as done:
+committed, it carries a row of many hours to the next sitting on another machine, which
+trains only the jobs it lacks (a job stopped halfway starts again there). The fp32 jobs run
+first, so a sitting that ends early has the noise floor's jobs; a mixed job whose fp32 twin
+is in the ledger and not in its store trains no twin (`reference=find`).
 
 The table gives, per workload, the error of the seed means with its 95 % stratified-bootstrap
 interval and the fp32 noise floor (the upper end of the interval of fp32 against itself), both
@@ -116,39 +118,57 @@ def reduced_forward_layers(*overrides: str) -> int:
                for layers in layer_forward_dtypes(nodes).values() for dtype in layers.values())
 
 
-def seed_pair(store: Path, job: list[str]) -> tuple[dict, dict]:
-    """One seed's fp32 job, then its mixed job, which finds the fp32 one as its reference run
-    in their MLflow store (`store`, the seed's own: pairs of different seeds run at once)."""
-    fp32 = run_or_resume(store, store / "fp32", *job, "precision=fp32",
+LABELS = ("fp32", "mixed")
+
+
+class Job(NamedTuple):
+    """One of a seed's two jobs, kept in the seed's own MLflow store (seeds run at once)."""
+
+    store: Path
+    seed: int
+    label: str  # "fp32" or "mixed"
+    overrides: list[str]  # the seed's job, its precision aside
+
+
+def train(job: Job) -> dict:
+    """The fp32 job, or the mixed one, which compares itself with the fp32 one where that ran
+    in the same store (`reference=find`: where the ledger holds it instead, no twin is
+    trained; the table takes both jobs' scores as they are)."""
+    if job.label == "fp32":
+        overrides = [*job.overrides, "precision=fp32"]
+    else:
+        overrides = [*(o for o in job.overrides if "measure_layers" not in o),
+                     "platform=versal", "precision=mixed", "reference=find"]
+    return run_or_resume(job.store, job.store / job.label, *overrides,
                          checkpoint_every=CHECKPOINT_EVERY)
-    mixed = run_or_resume(store, store / "mixed", *[o for o in job if "measure_layers" not in o],
-                          "platform=versal", "precision=mixed", checkpoint_every=CHECKPOINT_EVERY)
-    return fp32, mixed
+
+
+def scores(metrics: dict) -> dict[str, float]:
+    return {key: metrics.get(key, float("nan")) for key in (FINAL, KEPT)}
 
 
 class Ledger:
-    """The finished pairs, a JSON line each (`--ledger`): the workload, the job's overrides,
-    both jobs' scores, and the commit, date and host they were measured on. A store lives on
-    one machine; the ledger, committed, carries a row of many hours across sittings: a pair
-    found in it is not trained again (its job overrides must match exactly)."""
+    """The finished jobs, a JSON line each (`--ledger`): the workload, the seed's job
+    overrides, fp32 or mixed, its scores, and the commit, date and host it was measured on. A
+    store lives on one machine; the ledger, committed, carries a row of many hours across
+    sittings: a job found in it is not trained again (its overrides must match exactly)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.entries = ([json.loads(line) for line in path.read_text().splitlines() if line]
                         if path.is_file() else [])
-        # the code the jobs run: this checkout as the benchmark starts, not as a pair ends
+        # the code the jobs run: this checkout as the benchmark starts, not as a job ends
         self.commit = subprocess.run(["git", "describe", "--always", "--dirty"],
                                      capture_output=True, text=True, check=False,
                                      cwd=Path(__file__).parent).stdout.strip() or "unknown"
 
-    def find(self, workload: str, job: list[str]) -> dict | None:
-        return next((e for e in self.entries if e["workload"] == workload and e["job"] == job),
+    def find(self, workload: str, job: list[str], label: str) -> dict | None:
+        return next((e for e in self.entries
+                     if (e["workload"], e["job"], e["precision"]) == (workload, job, label)),
                     None)
 
-    def add(self, workload: str, job: list[str], pair: tuple[dict, dict]) -> dict:
-        entry = {"workload": workload, "job": job,
-                 **{label: {key: metrics.get(key, float("nan")) for key in (FINAL, KEPT)}
-                    for label, metrics in zip(("fp32", "mixed"), pair)},
+    def add(self, workload: str, job: list[str], label: str, metrics: dict) -> dict:
+        entry = {"workload": workload, "job": job, "precision": label, "scores": scores(metrics),
                  "commit": self.commit, "date": datetime.date.today().isoformat(),
                  "host": host_line()}
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -158,91 +178,103 @@ class Ledger:
         return entry
 
 
-def _pair_into(conn: Connection, store: Path, job: list[str]) -> None:
-    """A worker process's work: one seed's pair, or the exception it raised (a stopped job's
-    `Stopped` included), sent to the parent."""
+def _train_into(conn: Connection, job: Job) -> None:
+    """A worker process's work: one job's final metrics, or the exception it raised (a
+    stopped job's `Stopped` included), sent to the parent."""
     try:
-        conn.send(seed_pair(store, job))
+        conn.send(train(job))
     except BaseException as error:  # noqa: BLE001  (the parent raises it)
         conn.send(error)
 
 
-def finished_pairs(tasks: dict[int, tuple[Path, list[str]]], workers: int):
-    """(seed, pair) of every task as it finishes: with one worker in this process, else
-    `workers` pairs at a time, each in a process of its own. A Ctrl-C or SIGTERM here goes on
-    to the running pairs as SIGTERM (each job checkpoints and ends KILLED; for a job the
-    Ctrl-C reached too it is not a second one), no pair starts after it, and a stopped job's
-    `Stopped` is raised once every running pair has stopped."""
+def finished_jobs(jobs: list[Job], workers: int):
+    """(job, final metrics) of each job as it finishes: in order in this process with one
+    worker, else `workers` at a time, each in a process of its own, in order but never two of
+    one store at once (a seed's mixed job waits for its fp32 one). A Ctrl-C or SIGTERM here
+    goes on to the running jobs as SIGTERM (each checkpoints and ends KILLED; for a job the
+    Ctrl-C reached too it is not a second one), no job starts after it, and a stopped job's
+    `Stopped` is raised once every running job has stopped."""
     if workers == 1:
-        for seed, task in tasks.items():
-            yield seed, seed_pair(*task)
+        for job in jobs:
+            yield job, train(job)
         return
     context = get_context("spawn")
-    waiting = list(tasks.items())
-    running: dict[int, tuple[Connection, BaseProcess]] = {}
+    waiting = list(jobs)
+    running: list[tuple[Job, Connection, BaseProcess]] = []
     stops: list[int] = []
 
     def stop(signum: int, frame: object) -> None:
         stops.append(signum)
-        for _, process in running.values():
+        for _, _, process in running:
             process.terminate()
 
     handlers = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     stopped = None
     try:
         while running or (waiting and not stops):
-            while waiting and not stops and len(running) < workers:
-                seed, task = waiting.pop(0)
+            while not stops and len(running) < workers:
+                busy = {job.store for job, _, _ in running}
+                job = next((job for job in waiting if job.store not in busy), None)
+                if job is None:
+                    break
+                waiting.remove(job)
                 here, there = context.Pipe(duplex=False)
-                process = context.Process(target=_pair_into, args=(there, *task))
+                process = context.Process(target=_train_into, args=(there, job))
                 process.start()
                 there.close()
-                running[seed] = here, process
+                running.append((job, here, process))
                 if stops:  # the stop came as it started
                     process.terminate()
-            ready = set(wait([end for pair in running.values() for end in
-                              (pair[0], pair[1].sentinel)]))
-            for seed, (conn, process) in list(running.items()):
-                if conn not in ready and process.sentinel not in ready:
-                    continue
+            ready = set(wait([end for _, conn, process in running
+                              for end in (conn, process.sentinel)]))
+            for done in [r for r in running if r[1] in ready or r[2].sentinel in ready]:
+                job, conn, process = done
                 try:
                     outcome = conn.recv()
                 except EOFError:  # it died without a word
                     outcome = None if stops else RuntimeError(
-                        f"the worker of seed {seed} exited (code {process.exitcode})")
-                del running[seed]
+                        f"the worker of seed {job.seed}'s {job.label} job exited "
+                        f"(code {process.exitcode})")
+                running.remove(done)
                 process.join()
                 if isinstance(outcome, Stopped) or outcome is None:
                     stopped = stopped or outcome
                 elif isinstance(outcome, BaseException):
                     raise outcome
                 else:
-                    yield seed, outcome
+                    yield job, outcome
         if stops:
             raise stopped or Stopped(stops[0])
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-        for _, process in running.values():  # a failure elsewhere: they stop, checkpointed
+        for _, _, process in running:  # a failure elsewhere: they stop, checkpointed
             process.terminate()
             process.join()
 
 
 def run_pairs(store: Path, name: str, seeds: range, job: list[str], steps: int, workers: int,
               ledger: Ledger | None) -> list[tuple[dict, dict]]:
-    """Every seed's pair of jobs: read from the ledger where it holds them, trained (and
-    entered in the ledger as each finishes) where not."""
-    tasks = {seed: (store / f"{name}-{steps}steps" / f"seed{seed}", [*job, f"seed={seed}"])
-             for seed in seeds}
-    entries = {seed: ledger.find(name, tasks[seed][1]) if ledger else None for seed in seeds}
-    for seed, entry in entries.items():
-        if entry is not None:
-            print(f"{name} seed {seed}: from the ledger ({entry['commit']}, {entry['date']})")
-    todo = {seed: task for seed, task in tasks.items() if entries[seed] is None}
-    for seed, pair in finished_pairs(todo, workers):
-        entries[seed] = (ledger.add(name, tasks[seed][1], pair) if ledger
-                         else dict(zip(("fp32", "mixed"), pair)))
-    return [(entries[seed]["fp32"], entries[seed]["mixed"]) for seed in seeds]
+    """Every seed's (fp32, mixed) scores: each job read from the ledger where it holds it,
+    trained (and entered in the ledger as it finishes) where not, the fp32 jobs first."""
+    found: dict[tuple[int, str], dict] = {}
+    todo = []
+    for label in LABELS:
+        for seed in seeds:
+            overrides = [*job, f"seed={seed}"]
+            entry = ledger.find(name, overrides, label) if ledger else None
+            if entry is None:
+                todo.append(Job(store / f"{name}-{steps}steps" / f"seed{seed}", seed, label,
+                                overrides))
+            else:
+                print(f"{name} seed {seed} {label}: from the ledger "
+                      f"({entry['commit']}, {entry['date']})")
+                found[seed, label] = entry["scores"]
+    for done, metrics in finished_jobs(todo, workers):
+        found[done.seed, done.label] = (
+            ledger.add(name, done.overrides, done.label, metrics)["scores"] if ledger
+            else scores(metrics))
+    return [(found[seed, "fp32"], found[seed, "mixed"]) for seed in seeds]
 
 
 def main() -> None:
@@ -255,7 +287,7 @@ def main() -> None:
                         help="seeds trained at a time, one process each (2 on 2 cores)")
     parser.add_argument("--smoke", action="store_true", help="DQN-CartPole, 2 seeds, 300 steps")
     parser.add_argument("--ledger", type=Path,
-                        help="a JSON-lines file of finished pairs: those in it are read, not "
+                        help="a JSON-lines file of finished jobs: those in it are read, not "
                              "trained; each new one is appended (commit it to go on elsewhere)")
     parser.add_argument("--store", type=Path,
                         help="keep the jobs here (MLflow store, checkpoints): run again with it "

@@ -67,13 +67,22 @@ def typed_config(config: Mapping[str, Any], choices: Mapping[str, str]) -> DictC
     """A job config kept as plain data (a checkpoint's) under the schemas it was composed
     with: the run's schema, then each group's node merged onto its chosen option's schema, as
     composing does. So it validates and instantiates as the composed config did (a modeled
-    platform's devices and links are dataclasses again, not dicts)."""
+    platform's devices and links are dataclasses again, not dicts). A run-level key added
+    since the checkpoint was written takes its value from conf/config.yaml."""
     store = ConfigStore.instance()
-    cfg = OmegaConf.merge(store.load("run_schema.yaml").node, config)
+    cfg = OmegaConf.merge(store.load("run_schema.yaml").node, run_defaults(), config)
     for group in GROUPS:
         path, key = _schema_entry(group, choices[group])
         cfg[key] = OmegaConf.merge(store.load(f"{path}.yaml").node, cfg[key])
     return cfg
+
+
+@cache
+def run_defaults() -> DictConfig:
+    """conf/config.yaml's run-level values (`seed`, `steps`, ...), its defaults list and
+    Hydra's node aside."""
+    written = OmegaConf.load(CONF_DIR / "config.yaml")
+    return OmegaConf.masked_copy(written, [k for k in written if k not in ("defaults", "hydra")])
 
 
 def composed_option(group: str, name: str) -> DictConfig:

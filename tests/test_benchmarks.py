@@ -56,7 +56,8 @@ def test_a_stored_reward_error_run_reads_its_finished_jobs_back(tmp_path: Path) 
     the same table without training a job again (a stopped one would resume from its
     checkpoint, as test_reproducibility.py shows of any job); run with the ledger alone, on a
     machine without the store, the same table again. The first run trains its two seeds in two
-    worker processes, the others read them back in one."""
+    worker processes, the others read them back in one. With the ledger's fp32 jobs alone, in
+    a new store, the mixed jobs train again and no fp32 twin beside them."""
     script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
     outputs, checkpoints = [], []
     for args in (["--store", "store", "--workers", "2", "--ledger", "ledger.jsonl"],
@@ -66,17 +67,26 @@ def test_a_stored_reward_error_run_reads_its_finished_jobs_back(tmp_path: Path) 
                             for path in (tmp_path / "store").glob("*/seed*/*/checkpoint.pt")})
     assert len(checkpoints[0]) == 4  # 2 seeds x (fp32, mixed)
     assert checkpoints[2] == checkpoints[1] == checkpoints[0]
-    assert len((tmp_path / "ledger.jsonl").read_text().splitlines()) == 2  # a line a seed
-    assert outputs[2].count("from the ledger") == 2 and "from the ledger" not in outputs[0]
+    ledger = (tmp_path / "ledger.jsonl").read_text().splitlines()
+    assert len(ledger) == 4  # a line a job
+    assert outputs[2].count("from the ledger") == 4 and "from the ledger" not in outputs[0]
     tables = [TABLE.search(out) and out[out.index("\n|"):] for out in outputs]
     assert tables[0] and tables[2] == tables[1] == tables[0], outputs[0][-3000:]
+
+    (tmp_path / "fp32.jsonl").write_text("".join(
+        f"{line}\n" for line in ledger if '"precision": "fp32"' in line))
+    again = _smoke(script, tmp_path, "--store", "again", "--ledger", "fp32.jsonl")
+    for seed in (0, 1):
+        runs = mlflow_runs(tmp_path / "again" / "dqn_cartpole-300steps" / f"seed{seed}")
+        assert [r.data.tags["precision"] for r in runs] == ["mixed"]
+    assert again[again.index("\n|"):] == tables[0]  # the same numbers: seeded jobs
 
 
 @pytest.mark.slow
 def test_a_stop_reaches_every_worker_of_a_reward_error_run(tmp_path: Path) -> None:
-    """SIGTERM to `mixed_reward_error.py --workers 2` goes on to both running pairs: each job
+    """SIGTERM to `mixed_reward_error.py --workers 2` goes on to both running jobs: each
     checkpoints and ends KILLED before the benchmark exits 143 with the command that goes on,
-    and no other pair starts."""
+    and no other job starts."""
     script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
     bench = subprocess.Popen(
         [sys.executable, str(script), "--workload", "dqn_cartpole", "--steps", "50000",
@@ -100,7 +110,7 @@ def test_a_stop_reaches_every_worker_of_a_reward_error_run(tmp_path: Path) -> No
     assert "after a checkpoint; go on with: python" in err.splitlines()[-1], err[-3000:]
     for seed in seeds:
         assert [r.info.status for r in mlflow_runs(seed)] == ["KILLED"]
-        assert (seed / "fp32" / "checkpoint.pt").is_file()
+        assert (seed / "fp32" / "checkpoint.pt").is_file() and not (seed / "mixed").exists()
     assert sorted(path.name for path in seeds[0].parent.iterdir()) == ["seed0", "seed1"]
 
 

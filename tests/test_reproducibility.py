@@ -147,3 +147,16 @@ def test_a_job_resumes_on_every_platform(tmp_path, platform):
     resumed = experiment.run(cfg, choices, tmp_path / "job0", overrides=["steps=600"])
     assert resumed["run_id"] == first["run_id"]
     assert resumed["updates"] > first["updates"]  # the tuned DQN trains every 256 env steps
+
+
+def test_a_checkpoint_from_before_a_run_level_key_existed_resumes_with_its_default(tmp_path):
+    first = run_job(tmp_path, *JOB, "steps=600", "log_every=300")
+    job_dir = tmp_path / "job0"
+    state = checkpoint.load(job_dir)
+    del state["config"]["reference"]  # as written before `reference` was a key
+    checkpoint.save(job_dir / checkpoint.FILENAME, state)
+    cfg, choices = compose_job(f"tracking.uri={tracking_uri(tmp_path)}", f"resume={job_dir}",
+                               "steps=900")
+    resumed = experiment.run(cfg, choices, job_dir, overrides=["steps=900"])
+    assert resumed["run_id"] == first["run_id"] and resumed["updates"] > first["updates"]
+    assert checkpoint.load(job_dir)["config"]["reference"] == "train"

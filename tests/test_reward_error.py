@@ -53,3 +53,28 @@ def test_no_reward_error_when_either_run_made_no_update(tmp_path, own, twin):
     both = reference_metrics(cfg, choices, {**results, "updates": 5.0}, [], [], tmp_path,
                              NullTracker(), train_twin=_twin(5.0))
     assert both["reward_error_pct"] == pytest.approx(20.0)
+
+
+@pytest.mark.parametrize("job", [("precision=bf16",),
+                                 ("scheduler=actorq", "actors.precision=int8")])
+def test_reference_find_trains_no_twin(tmp_path, job):
+    cfg, choices = compose_job(*job, "tracking=none")
+    results, history = {"return_mean_100": 12.0, "updates": 5.0}, [(100, 12.0)]
+    trained = reference_metrics(cfg, choices, results, history, [1.0], tmp_path, NullTracker(),
+                                train_twin=_twin(5.0))
+    assert {"reward_reference", "reward_fp32_actors"} & trained.keys()
+    cfg.reference = "find"
+    assert reference_metrics(cfg, choices, results, history, [1.0], tmp_path, NullTracker(),
+                             train_twin=_twin(5.0)) == {}
+
+
+def test_reference_find_compares_with_a_reference_in_the_store(tmp_path):
+    alone = run_job(tmp_path, *JOB, "precision=bf16", "reference=find")
+    assert "reward_error_pct" not in alone
+    assert [r.data.tags["precision"] for r in mlflow_runs(tmp_path)] == ["bf16"]
+    fp32 = run_job(tmp_path, *JOB, "precision=fp32")
+    found = run_job(tmp_path, *JOB, "precision=bf16", "reference=find")
+    assert found["reward_reference"] == fp32["return_mean_100"]
+    assert found["reward_error_pct"] == pytest.approx(
+        reward_error_pct(found["return_mean_100"], fp32["return_mean_100"]))
+    assert len(mlflow_runs(tmp_path)) == 3

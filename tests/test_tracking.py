@@ -223,7 +223,7 @@ def test_the_terminal_and_mlflow_say_what_the_run_is_and_where(tmp_path, client,
     assert not [k for k in params if k.startswith(("platform.devices", "platform.links",
                                                    "platform.baselines"))]
     assert params["platform.host"] == "ps" and params["algo.lr"] == "0.0023"
-    assert len(params) < 70
+    assert len(params) < 80  # the config, not the platform's tables (hundreds)
     platform = yaml.safe_load(open(client.download_artifacts(run_id, "platform.yaml",
                                                              str(tmp_path))))
     assert platform["devices"]["aie"]["rates"]["bfloat16"] == 7.7e12

@@ -18,6 +18,13 @@ class Agents(str, Enum):
     game = "game"  # a two-player board game (Go), learned by self-play (algo=alphazero)
 
 
+class Reference(str, Enum):
+    """What a job compared with a reference run does when the MLflow store has none yet."""
+
+    train = "train"  # trains it first, into the same store
+    find = "find"  # logs no comparison: the twin's cost is not spent
+
+
 class Device(str, Enum):
     auto = "auto"
     cpu = "cpu"

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from hetrl.config.enums import Device
+from hetrl.config.enums import Device, Reference
 from hetrl.config.errors import require
 
 
@@ -41,6 +41,7 @@ class RunConfig:
     stop_return: Optional[float] = MISSING
     device: Device = MISSING
     checkpoint_every: int = MISSING
+    reference: Reference = MISSING
     resume: Optional[str] = MISSING
     log_every: int = MISSING
     eval: EvalConfig = MISSING

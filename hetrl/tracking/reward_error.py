@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from hetrl.config.enums import Reference
 from hetrl.options import composed_option
 from hetrl.tracking.base import Tracker
 
@@ -29,7 +30,7 @@ TrainTwin = Callable[[DictConfig, Mapping[str, str], Path], Mapping[str, Any]]
 """Trains a twin job (config, choices, output dir) and returns its final metrics."""
 
 NOT_NUMERICS = ("precision", "platform", "partitioner", "tracking", "resume", "log_every",
-                "checkpoint_every", "device")
+                "checkpoint_every", "device", "reference")
 """Config keys that do not change what is learned (the precision policy is what is compared)."""
 
 
@@ -87,8 +88,11 @@ def reference_metrics(cfg: DictConfig, choices: Mapping[str, str], results: Mapp
                       ) -> dict[str, float]:
     """The metrics that compare a finished job with its twins, logged at the last step:
     `reward_error_pct` against the reference run (`reference_job`), and for a run with an
-    actor pool `time_to_95pct_s` against the run with fp32 actors."""
+    actor pool `time_to_95pct_s` against the run with fp32 actors. A twin not yet in the store
+    is trained with `train_twin` (`reference=train`), or not, its metric left out (`find`)."""
     metrics: dict[str, float] = {}
+    if cfg.reference != Reference.train:
+        train_twin = None
     reference = reference_job(cfg, choices)
     key = final_return_key(results)
     if reference is not None and key in results and results.get("updates", 1) > 0:
@@ -96,12 +100,12 @@ def reference_metrics(cfg: DictConfig, choices: Mapping[str, str], results: Mapp
         tags = {"numerics_key": numerics_key(twin_cfg), "precision": twin_choices["precision"]}
         twin = twin_metrics(tracker, tags, twin_cfg, twin_choices, out_dir / "reference",
                             train_twin, key)
-        value = twin[key]
-        if twin.get("updates", 1) > 0:  # no error against a reference that never learned
-            metrics["reward_error_pct"] = reward_error_pct(results[key], value)
-        else:
-            log.warning("the reference run made no update: no reward_error_pct")
-        metrics["reward_reference"] = value
+        if twin is not None:
+            if twin.get("updates", 1) > 0:  # no error against a reference that never learned
+                metrics["reward_error_pct"] = reward_error_pct(results[key], twin[key])
+            else:
+                log.warning("the reference run made no update: no reward_error_pct")
+            metrics["reward_reference"] = twin[key]
     if getattr(get_class(cfg.scheduler._target_), "actor_pool", False) and history:
         metrics.update(_time_to_95pct(cfg, choices, history, history_s, out_dir, tracker,
                                       train_twin))
@@ -112,29 +116,25 @@ def reference_metrics(cfg: DictConfig, choices: Mapping[str, str], results: Mapp
 
 def _time_to_95pct(cfg: DictConfig, choices: Mapping[str, str],
                    history: Sequence[tuple[int, float]], history_s: Sequence[float],
-                   out_dir: Path, tracker: Tracker, train_twin: TrainTwin) -> dict[str, float]:
+                   out_dir: Path, tracker: Tracker, train_twin: TrainTwin | None
+                   ) -> dict[str, float]:
     """ActorQ's Table 4 metric: the loop's wall time until return_mean_100 first reached 95%
     of the final value of the run with fp32 actors (this run's own, if its actors are fp32)."""
     reference = history[-1][1]
     if cfg.actors.precision != "fp32":
-        reference = twin_return(
+        twin = twin_metrics(
             tracker, {"fp32_actors_key": fp32_actors_key(cfg), "actors_precision": "fp32",
                       "precision": choices["precision"]},
             OmegaConf.merge(cfg, {"actors": {"precision": "fp32"}}), choices,
             out_dir / "fp32_actors_reference", train_twin)
+        if twin is None:
+            return {}
+        reference = twin["return_mean_100"]
     metrics = {"reward_fp32_actors": reference}
     seconds = time_to_reach(history, history_s, reference, 0.95)
     if seconds is not None:
         metrics["time_to_95pct_s"] = seconds
     return metrics
-
-
-def twin_return(tracker: Tracker, tags: Mapping[str, str], twin: DictConfig,
-                twin_choices: Mapping[str, str], twin_dir: Path, train_twin: TrainTwin) -> float:
-    """The final return_mean_100 of the finished run with these tags, or of `twin`, trained
-    now when there is none yet (a reference run: fp32, fp32 actors, uniform sampler)."""
-    return twin_metrics(tracker, tags, twin, twin_choices, twin_dir,
-                        train_twin)["return_mean_100"]
 
 
 def final_return_key(results: Mapping[str, Any]) -> str:
@@ -144,11 +144,15 @@ def final_return_key(results: Mapping[str, Any]) -> str:
 
 
 def twin_metrics(tracker: Tracker, tags: Mapping[str, str], twin: DictConfig,
-                 twin_choices: Mapping[str, str], twin_dir: Path, train_twin: TrainTwin,
-                 key: str = "return_mean_100") -> dict[str, float]:
+                 twin_choices: Mapping[str, str], twin_dir: Path, train_twin: TrainTwin | None,
+                 key: str = "return_mean_100") -> dict[str, float] | None:
     """The final `key` (a return) and, where known, `updates` of the finished run with
-    these tags, or of `twin`, trained now when there is none yet."""
+    these tags, or of `twin`, trained now when there is none yet (None: not trained)."""
     reference = tracker.find_metric(tags, key)
+    if reference is None and train_twin is None:
+        log.info("no reference run %s in the store, and reference=find: no comparison",
+                 dict(tags))
+        return None
     if reference is None:
         log.info("no reference run %s yet: training it", dict(tags))
         twin_dir.mkdir(exist_ok=True)
