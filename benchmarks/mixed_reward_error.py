@@ -74,7 +74,6 @@ import json
 import shlex
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 from multiprocessing import get_context
@@ -90,6 +89,7 @@ from common import build_job, host_line, job_config, run_or_resume, table, verdi
 
 from hetrl.faults import Stopped, exit_on_stop
 from hetrl.precision.mixed import layer_forward_dtypes
+from hetrl.tracking.metadata import git_state
 from hetrl.tracking.seeds import error_of_means, intervals
 
 FINAL, KEPT = "eval/return_mean", "eval/best_return_mean"
@@ -166,9 +166,10 @@ class Ledger:
         self.entries = ([json.loads(line) for line in path.read_text().splitlines() if line]
                         if path.is_file() else [])
         # the code the jobs run: this checkout as the benchmark starts, not as a job ends
-        self.commit = subprocess.run(["git", "describe", "--always", "--dirty"],
-                                     capture_output=True, text=True, check=False,
-                                     cwd=Path(__file__).parent).stdout.strip() or "unknown"
+        # (the ledger's own new lines do not make it dirty)
+        code = git_state(Path(__file__).resolve().parents[1], ignore=path)
+        self.commit = (code["commit"][:7] + "-dirty" * (code["dirty"] == "true")
+                       if code else "unknown")
 
     def find(self, workload: str, job: list[str], label: str) -> dict | None:
         return next((e for e in self.entries

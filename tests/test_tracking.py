@@ -5,12 +5,14 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import subprocess
 
 import pytest
 import torch
 import yaml
 from helpers import hetrl_cli, mlflow_runs, run_job, tracking_uri
 
+from hetrl.tracking.metadata import git_state
 from hetrl.tracking.mlflow import VIEW_ID, VIEW_NAME, VIEW_TAG, client_for, view_route
 
 QUICK = ("algo=dqn", "env=cartpole", "steps=1200", "algo.learning_starts=200", "algo.train_freq=4",
@@ -336,3 +338,22 @@ def test_a_sweep_whose_every_job_is_rejected_leaves_no_run_and_names_each_error(
     assert errors == ["error: job 0: algo.lr=-1.0", "error: job 1: algo.lr=-2.0"]
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "mlflow.db").exists() or mlflow_runs(tmp_path) == []
+
+
+def test_a_results_file_that_grows_as_the_code_runs_leaves_the_tree_clean(tmp_path):
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                       cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "results").mkdir()
+    ledger, code = tmp_path / "results" / "ledger.jsonl", tmp_path / "code.py"
+    ledger.write_text("{}\n")
+    code.write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "first")
+    ledger.write_text("{}\n{}\n")
+    assert git_state(tmp_path)["dirty"] == "true"
+    assert git_state(tmp_path, ignore=ledger)["dirty"] == "false"
+    code.write_text("x = 2\n")
+    assert git_state(tmp_path, ignore=ledger)["dirty"] == "true"

@@ -37,9 +37,10 @@ def _git(cwd: Path, *args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def git_state(path: Path) -> dict[str, str]:
+def git_state(path: Path, ignore: Path | None = None) -> dict[str, str]:
     """commit, branch, repo URL and dirty flag of the git work tree holding `path` (empty when
-    it is not in one, e.g. an installed wheel)."""
+    it is not in one, e.g. an installed wheel). Changes to `ignore` leave it clean: a results
+    file that grows as the code runs."""
     if not path.exists() or (commit := _git(path, "rev-parse", "HEAD")) is None:
         return {}
     state = {"commit": commit}
@@ -47,8 +48,10 @@ def git_state(path: Path) -> dict[str, str]:
         state["branch"] = branch
     if url := _git(path, "config", "--get", "remote.origin.url"):
         state["repo_url"] = url
-    changes = _git(path, "status", "--porcelain", "--untracked-files=no", "--", ".")
-    state["dirty"] = "true" if changes else "false"
+    changes = (_git(path, "status", "--porcelain", "--untracked-files=no", "--", ".") or "")
+    root = _git(path, "rev-parse", "--show-toplevel") or "."
+    changed = {Path(root, line.split(maxsplit=1)[1]).resolve() for line in changes.splitlines()}
+    state["dirty"] = "true" if changed - {ignore and ignore.resolve()} else "false"
     return state
 
 
