@@ -151,7 +151,7 @@ def train(job: Job) -> dict:
                          checkpoint_every=CHECKPOINT_EVERY)
 
 
-def scores(metrics: dict) -> dict[str, float]:
+def job_scores(metrics: dict) -> dict[str, float]:
     return {key: metrics.get(key, float("nan")) for key in (FINAL, KEPT)}
 
 
@@ -177,9 +177,9 @@ class Ledger:
                     None)
 
     def add(self, workload: str, job: list[str], label: str, metrics: dict) -> dict:
-        entry = {"workload": workload, "job": job, "precision": label, "scores": scores(metrics),
-                 "commit": self.commit, "date": datetime.date.today().isoformat(),
-                 "host": host_line()}
+        entry = {"workload": workload, "job": job, "precision": label,
+                 "scores": job_scores(metrics), "commit": self.commit,
+                 "date": datetime.date.today().isoformat(), "host": host_line()}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
             f.write(json.dumps(entry) + "\n")
@@ -282,7 +282,7 @@ def run_pairs(store: Path, name: str, seeds: range, job: list[str], steps: int, 
     for done, metrics in finished_jobs(todo, workers):
         found[done.seed, done.label] = (
             ledger.add(name, done.overrides, done.label, metrics)["scores"] if ledger
-            else scores(metrics))
+            else job_scores(metrics))
     return [(found[seed, "fp32"], found[seed, "mixed"]) for seed in seeds]
 
 

@@ -51,7 +51,8 @@ def git_state(path: Path, ignore: Path | None = None) -> dict[str, str]:
     changes = (_git(path, "status", "--porcelain", "--untracked-files=no", "--", ".") or "")
     root = _git(path, "rev-parse", "--show-toplevel") or "."
     changed = {Path(root, line.split(maxsplit=1)[1]).resolve() for line in changes.splitlines()}
-    state["dirty"] = "true" if changed - {ignore and ignore.resolve()} else "false"
+    ignored = {ignore.resolve()} if ignore else set()
+    state["dirty"] = "true" if changed - ignored else "false"
     return state
 
 
