@@ -29,8 +29,9 @@ noise floor of 25.8 %).
 A store lives on one machine. `--ledger FILE` also appends each finished job (its scores, the
 commit, date and host) to a JSON-lines file, and takes the jobs already in it as done:
 committed, it carries a row of many hours to the next sitting on another machine, which
-trains only the jobs it lacks (a job stopped halfway starts again there). The fp32 jobs run
-first, so a sitting that ends early has the noise floor's jobs; a mixed job whose fp32 twin
+trains only the jobs it lacks (a job stopped halfway starts again there). The workloads'
+jobs share one queue, every fp32 job first, so a sitting that ends early has the noise
+floor's jobs and no worker waits for another workload's last job; a mixed job whose fp32 twin
 is in the ledger and not in its store trains no twin (`reference=find`).
 
 The table gives, per workload, the error of the seed means with its 95 % stratified-bootstrap
@@ -133,6 +134,7 @@ class Job(NamedTuple):
     """One of a seed's two jobs, kept in the seed's own MLflow store (seeds run at once)."""
 
     store: Path
+    workload: str
     seed: int
     label: str  # "fp32" or "mixed"
     overrides: list[str]  # the seed's job, its precision aside
@@ -262,28 +264,31 @@ def finished_jobs(jobs: list[Job], workers: int):
             process.join()
 
 
-def run_pairs(store: Path, name: str, seeds: range, job: list[str], steps: int, workers: int,
-              ledger: Ledger | None) -> list[tuple[dict, dict]]:
-    """Every seed's (fp32, mixed) scores: each job read from the ledger where it holds it,
-    trained (and entered in the ledger as it finishes) where not, the fp32 jobs first."""
-    found: dict[tuple[int, str], dict] = {}
+def scored_jobs(store: Path, jobs: dict[str, tuple[list[str], int]], seeds: range,
+                workers: int, ledger: Ledger | None) -> dict[tuple[str, int, str], dict]:
+    """The scores of every workload's every seed's fp32 and mixed job, by (workload, seed,
+    label): each read from the ledger where it holds it, trained (and entered in the ledger as
+    it finishes) where not. The workloads' jobs share one queue, every fp32 job first, so a
+    worker that one workload's last job leaves free takes the next workload's first."""
+    found: dict[tuple[str, int, str], dict] = {}
     todo = []
     for label in LABELS:
-        for seed in seeds:
-            overrides = [*job, f"seed={seed}"]
-            entry = ledger.find(name, overrides, label) if ledger else None
-            if entry is None:
-                todo.append(Job(store / f"{name}-{steps}steps" / f"seed{seed}", seed, label,
-                                overrides))
-            else:
-                print(f"{name} seed {seed} {label}: from the ledger "
-                      f"({entry['commit']}, {entry['date']})")
-                found[seed, label] = entry["scores"]
+        for name, (job, steps) in jobs.items():
+            for seed in seeds:
+                overrides = [*job, f"seed={seed}"]
+                entry = ledger.find(name, overrides, label) if ledger else None
+                if entry is None:
+                    todo.append(Job(store / f"{name}-{steps}steps" / f"seed{seed}", name, seed,
+                                    label, overrides))
+                else:
+                    print(f"{name} seed {seed} {label}: from the ledger "
+                          f"({entry['commit']}, {entry['date']})")
+                    found[name, seed, label] = entry["scores"]
     for done, metrics in finished_jobs(todo, workers):
-        found[done.seed, done.label] = (
-            ledger.add(name, done.overrides, done.label, metrics)["scores"] if ledger
+        found[done.workload, done.seed, done.label] = (
+            ledger.add(done.workload, done.overrides, done.label, metrics)["scores"] if ledger
             else job_scores(metrics))
-    return [(found[seed, "fp32"], found[seed, "mixed"]) for seed in seeds]
+    return found
 
 
 def main() -> None:
@@ -309,31 +314,34 @@ def main() -> None:
     names = ["dqn_cartpole"] if args.smoke else args.workload or list(WORKLOADS)
     seeds = range(2 if args.smoke else args.seeds)
     ledger = Ledger(args.ledger) if args.ledger else None
-    rows = []
+    jobs = {}
+    for name in names:
+        overrides, steps, every, episodes, _, _ = WORKLOADS[name]
+        steps = 300 if args.smoke else args.steps or steps
+        if args.smoke:
+            budget = [f"steps={steps}", "algo.learning_starts=100", "eval.every=150",
+                      "eval.episodes=2", "platform.measure_layers=false"]
+        else:
+            budget = [f"steps={steps}", f"eval.every={every}", f"eval.episodes={episodes}",
+                      "log_every=5000"]
+        jobs[name] = [*overrides, *budget], steps
     with tempfile.TemporaryDirectory() as tmp:
         store = args.store.resolve() if args.store else Path(tmp)
-        for name in names:
-            overrides, steps, every, episodes, paper, score = WORKLOADS[name]
-            steps = 300 if args.smoke else args.steps or steps
-            if args.smoke:
-                budget = [f"steps={steps}", "algo.learning_starts=100", "eval.every=150",
-                          "eval.episodes=2", "platform.measure_layers=false"]
-            else:
-                budget = [f"steps={steps}", f"eval.every={every}",
-                          f"eval.episodes={episodes}", "log_every=5000"]
-            pairs = run_pairs(store, name, seeds, [*overrides, *budget], steps, args.workers,
-                              ledger)
-            fp32 = {key: [a.get(key, float("nan")) for a, _ in pairs] for key in (FINAL, KEPT)}
-            mixed = {key: [b.get(key, float("nan")) for _, b in pairs] for key in (FINAL, KEPT)}
-            for seed in seeds:
-                print(f"{name} seed {seed}: " + "  ".join(
-                    f"{key} fp32 {fp32[key][seed]:.1f} mixed {mixed[key][seed]:.1f}"
-                    for key in (FINAL, KEPT)), flush=True)
-            reduced = reduced_forward_layers(*overrides, "tracking=none")
-            solved = gym.spec(job_config(*overrides)[0].env.id).reward_threshold
-            for key in (score, *({FINAL, KEPT} - {score})):  # the scored return first
-                rows.append((name, paper, key, key == score, np.array(fp32[key]),
-                             np.array(mixed[key]), reduced, solved))
+        found = scored_jobs(store, jobs, seeds, args.workers, ledger)
+    rows = []
+    for name in names:
+        overrides, _, _, _, paper, score = WORKLOADS[name]
+        fp32, mixed = ({key: [found[name, seed, label].get(key, float("nan")) for seed in seeds]
+                        for key in (FINAL, KEPT)} for label in LABELS)
+        for seed in seeds:
+            print(f"{name} seed {seed}: " + "  ".join(
+                f"{key} fp32 {fp32[key][seed]:.1f} mixed {mixed[key][seed]:.1f}"
+                for key in (FINAL, KEPT)), flush=True)
+        reduced = reduced_forward_layers(*overrides, "tracking=none")
+        solved = gym.spec(job_config(*overrides)[0].env.id).reward_threshold
+        for key in (score, *({FINAL, KEPT} - {score})):  # the scored return first
+            rows.append((name, paper, key, key == score, np.array(fp32[key]),
+                         np.array(mixed[key]), reduced, solved))
     scores = {}
     for name, _, key, _, a, b, _, _ in rows:
         scores[f"{name}/{key}/error"] = np.stack([a, b], axis=1)

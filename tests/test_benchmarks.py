@@ -5,6 +5,7 @@ it lands (helper modules such as `common.py` have none)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import signal
@@ -80,6 +81,25 @@ def test_a_stored_reward_error_run_reads_its_finished_jobs_back(tmp_path: Path) 
         runs = mlflow_runs(tmp_path / "again" / "dqn_cartpole-300steps" / f"seed{seed}")
         assert [r.data.tags["precision"] for r in runs] == ["mixed"]
     assert again[again.index("\n|"):] == tables[0]  # the same numbers: seeded jobs
+
+
+@pytest.mark.slow
+def test_the_workloads_of_a_reward_error_run_share_one_queue(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With 2 workers, the second workload's fp32 job trains beside the first workload's, not
+    after its mixed one: no worker waits while a workload has a job it could train."""
+    script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
+    monkeypatch.syspath_prepend(str(script.parent))  # as the spawned workers import it
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    bench = importlib.import_module(script.stem)
+    job = ["algo=dqn", "env=cartpole", "steps=300", "algo.learning_starts=100",
+           "eval.every=150", "eval.episodes=2", "platform.measure_layers=false"]
+    found = bench.scored_jobs(tmp_path, {"a": (job, 300), "b": (job, 300)}, range(1), 2, None)
+    assert sorted(found) == [(name, 0, label) for name in "ab" for label in ("fp32", "mixed")]
+    assert found["a", 0, "fp32"] == found["b", 0, "fp32"]  # one seeded job, twice
+    started = {(name, run.data.tags["precision"]): run.info.start_time
+               for name in "ab" for run in mlflow_runs(tmp_path / f"{name}-300steps" / "seed0")}
+    assert started["b", "fp32"] < started["a", "mixed"], started
 
 
 @pytest.mark.slow
