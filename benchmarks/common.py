@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 
 from hetrl.config.store import register
 from hetrl.options import compose_job
+from hetrl.platform.host import cpu_name
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -45,11 +46,12 @@ def load_average() -> str:
 
 
 def host_line(*modules: str) -> str:
-    """The CPU, the load, python and the versions of `modules` (torch's always)."""
+    """The CPU (its kind and the 16-bit dtypes it computes natively, which set every speed
+    figure), the load, python and the versions of `modules` (torch's always)."""
     import importlib
 
     versions = [f"{m} {importlib.import_module(m).__version__}" for m in ("torch", *modules)]
-    return (f"host: {platform.processor() or platform.machine()}, {load_average()}; "
+    return (f"host: {platform.machine()} {cpu_name()}, {load_average()}; "
             f"python {platform.python_version()}, {', '.join(versions)}")
 
 

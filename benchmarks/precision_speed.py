@@ -63,7 +63,6 @@ import gymnasium as gym
 import torch
 from common import build_job, host_line, ratio, table, verdict
 
-from hetrl.platform.host import cpu_name
 from hetrl.platform.measure import compare_updates
 from hetrl.build import Components
 from hetrl.precision.native import RoundedCompute, emulates
@@ -121,7 +120,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--smoke", action="store_true", help="tiny networks, 3 repeats")
     args = parser.parse_args()
-    print(host_line(), f"({cpu_name()})")
+    print(host_line())
     native_bf16 = not emulates("cpu", torch.bfloat16)
     for workload, (overrides, native_goal) in WORKLOADS.items():
         c = Contenders([*overrides, *SMOKE] if args.smoke else overrides)
