@@ -39,7 +39,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from common import load_average, metric_history, run_job, table
+from common import host_line, load_average, metric_history, run_job, table
 
 warnings.filterwarnings("ignore")
 
@@ -130,7 +130,7 @@ def main() -> None:
             ["dqn_cartpole"], ["fp32", "int8"], 1, 200)
     if args.precisions[0] != "fp32":
         parser.error("--precisions must start with fp32 (the twin the others are timed against)")
-    print(f"host: {load_average()} at start")
+    print(f"{host_line()} at start")
     with tempfile.TemporaryDirectory() as tmp:
         for task in args.tasks:
             report(task, run_task(task, args.precisions, args, Path(tmp)))
