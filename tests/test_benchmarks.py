@@ -73,6 +73,12 @@ def test_a_stored_reward_error_run_reads_its_finished_jobs_back(tmp_path: Path) 
     assert outputs[2].count("from the ledger") == 4 and "from the ledger" not in outputs[0]
     tables = [TABLE.search(out) and out[out.index("\n|"):] for out in outputs]
     assert tables[0] and tables[2] == tables[1] == tables[0], outputs[0][-3000:]
+    rows = [line for line in tables[0].splitlines() if line.startswith("| dqn_cartpole")]
+    assert len(rows) == 2  # the scored return and the other
+    for row in rows:  # the signed change of the means: the error, with mixed's side as its sign
+        fp32, mixed, signed, error = (row.split("|")[i].strip() for i in (5, 6, 7, 10))
+        assert abs(float(signed)) == float(error.split("**")[1]), row
+        assert float(signed) * (float(mixed) - float(fp32)) >= 0, row
 
     (tmp_path / "fp32.jsonl").write_text("".join(
         f"{line}\n" for line in ledger if '"precision": "fp32"' in line))
