@@ -29,7 +29,9 @@ A task whose fp32 run does not learn in its budget gets no speedup: where its fi
 return is already 95 % of its last, the times to 95 % time nothing. Measured on 2 cores (load
 about 1.1, 2 actors, 20k steps, `--seed 0|1|2`): DQN-CartPole int8 1.14x, never, 1.19x; fp16
 never, 1.06x, 1.15x (never: its return stayed below 95 % of fp32's); D4PG on cartpole-balance
-did not learn (seed 0: return_mean_100 177 of 1000).
+did not learn (seed 0: return_mean_100 177 of 1000). On an AMX Xeon (2026-12-02, seed 0): int8
+1.21x, fp16 1.18x, the int8 actors stepping 1.9x faster than fp32's and the loop's env steps/s
+3 % higher (237 against 230); D4PG again did not learn (172).
 """
 
 from __future__ import annotations
