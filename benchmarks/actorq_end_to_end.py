@@ -132,7 +132,7 @@ def main() -> None:
             ["dqn_cartpole"], ["fp32", "int8"], 1, 200)
     if args.precisions[0] != "fp32":
         parser.error("--precisions must start with fp32 (the twin the others are timed against)")
-    print(f"{host_line()} at start")
+    print(host_line())
     with tempfile.TemporaryDirectory() as tmp:
         for task in args.tasks:
             report(task, run_task(task, args.precisions, args, Path(tmp)))

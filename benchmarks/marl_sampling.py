@@ -145,7 +145,7 @@ def main() -> None:
     rounds = args.rounds or (3 if args.quick else 7)
     steps = args.steps or (200 if args.quick else 1000)
     torch.set_num_threads(1)
-    print(f"{host_line('numpy', 'pettingzoo')}\nbefore: fill {fill}, {rounds} rounds, "
+    print(f"{host_line('numpy', 'pettingzoo')}\nfill {fill}, {rounds} rounds, "
           f"{steps} env steps end to end, batch 1024, torch threads 1")
 
     rows = []

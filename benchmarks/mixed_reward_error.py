@@ -93,7 +93,7 @@ from common import build_job, host_line, job_config, run_or_resume, table, verdi
 from hetrl.faults import Stopped, exit_on_stop
 from hetrl.precision.mixed import layer_forward_dtypes
 from hetrl.tracking.metadata import git_state
-from hetrl.tracking.seeds import error_of_means, intervals
+from hetrl.tracking.seeds import change_of_means, error_of_means, intervals
 
 FINAL, KEPT = "eval/return_mean", "eval/best_return_mean"
 
@@ -355,7 +355,7 @@ def main() -> None:
         low, high = cis.get(f"{name}/{key}/error", (float("nan"),) * 2)
         floor = cis.get(f"{name}/{key}/floor", (float("nan"),) * 2)[1]
         per_seed = statistics.fmean(abs(y - x) / max(abs(x), 1e-12) * 100 for x, y in zip(a, b))
-        signed = (b.mean() - a.mean()) / max(abs(a.mean()), 1e-12) * 100  # > 0: mixed higher
+        signed = change_of_means(scores[f"{name}/{key}/error"])  # > 0: mixed higher
         ok = error <= GOAL_PCT and (not np.isfinite(floor) or error <= floor)
         judged = verdict(ok) if reduced else "not measured: all fp32"
         solved_seeds = f"{(a >= solved).sum()} · {(b >= solved).sum()} (>= {solved:g})"

@@ -31,11 +31,16 @@ def final_return(run: Any) -> float | None:
     return metrics.get("eval/return_mean", metrics.get("return_mean_100"))
 
 
-def error_of_means(scores: np.ndarray) -> np.ndarray:
-    """|mean(column 1) - mean(column 0)| / |mean(column 0)| x 100 of a runs x 2 matrix
-    (column 0: fp32), as rliable's aggregate functions return it: a 1-element array."""
+def change_of_means(scores: np.ndarray) -> float:
+    """(mean(column 1) - mean(column 0)) / |mean(column 0)| x 100 of a runs x 2 matrix
+    (column 0: fp32): positive where the compared precision scored higher."""
     reference = scores[:, 0].mean()
-    return np.array([abs(scores[:, 1].mean() - reference) / max(abs(reference), 1e-12) * 100])
+    return float((scores[:, 1].mean() - reference) / max(abs(reference), 1e-12) * 100)
+
+
+def error_of_means(scores: np.ndarray) -> np.ndarray:
+    """|change_of_means|, as rliable's aggregate functions return it: a 1-element array."""
+    return np.array([abs(change_of_means(scores))])
 
 
 def intervals(scores: dict[str, np.ndarray]) -> dict[str, tuple[float, float]] | None:
