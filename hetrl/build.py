@@ -14,7 +14,7 @@ import copy
 import logging
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Callable
+from typing import Callable
 
 import gymnasium as gym
 import psutil
@@ -33,6 +33,7 @@ from hetrl.platform.model import ModeledPlatform
 from hetrl.precision.base import Precision
 from hetrl.precision.native import emulates
 from hetrl.replay.base import Replay
+from hetrl.scheduler.base import Loop
 from hetrl.seeding import seed_everything
 
 log = logging.getLogger("hetrl")
@@ -49,7 +50,7 @@ class Components:
     platform: HostPlatform | ModeledPlatform
     step_plan: StepPlan | None  # the learner's step planned on the platform, if it has one
     actors: Actors  # where acting happens and in which precision
-    scheduler: Any  # the `scheduler` option: the training loop
+    scheduler: Loop  # the `scheduler` option: the training loop
     make_envs: Callable[..., gym.vector.VectorEnv]  # more envs like `envs` (keyword overrides)
 
     @property
@@ -141,11 +142,6 @@ def check_replay_memory(cfg: DictConfig, obs_space: gym.Space, act_space: gym.Sp
             f"lower {key} (at most about {capacity * available // needed} transitions fit)")
 
 
-def _host_dtypes(precision: Precision) -> tuple[str, ...]:
-    """The dtypes the host times each node in for this precision (float32 by default)."""
-    return tuple(getattr(precision, "host_dtypes", ("float32",)))
-
-
 def _applied_plan(step_plan: StepPlan, platform: HostPlatform | ModeledPlatform) -> Plan:
     """The plan the precision policy follows: a modeled platform's as it is; on the host,
     the measured plan with each node in the dtype chosen for the device the learner really
@@ -168,9 +164,9 @@ def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan,
     precision that measured slower warns with the slowdown. Returns the plan to apply."""
     device, applied = platform.device, step_plan.applied
     where = cpu_name() if device.type == "cpu" else torch.cuda.get_device_name(device)
-    if applied.dtypes is not None and len(_host_dtypes(precision)) > 1:  # per layer: mixed
+    if applied.dtypes is not None and len(precision.host_dtypes) > 1:  # per layer: mixed
         throughout = {dtype: replace(applied, dtypes=uniform_dtypes(step_plan.graph, dtype))
-                      for dtype in _host_dtypes(precision)
+                      for dtype in precision.host_dtypes
                       if not emulates(device.type, getattr(torch, dtype))}
         plans = {dtype: plan for dtype, plan in throughout.items() if dtype != "float32"}
         # a per-layer plan in one dtype throughout is that candidate: timed once, so that
@@ -192,7 +188,7 @@ def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan,
                                         platform, spaces)
     slowdown = step_plan.update_s["precision"] / step_plan.update_s["float32"]
     if slowdown > 1.0:
-        (dtype,) = _host_dtypes(precision)
+        (dtype,) = precision.host_dtypes
         emulated = emulates(device.type, getattr(torch, dtype))
         log.warning(
             "%s computes an update of %s %.1fx slower than float32 on this host (measured "
@@ -229,11 +225,11 @@ def _plan(cfg: DictConfig, learner: Learner, platform: HostPlatform | ModeledPla
                               **spaces)
     elif platform.measure_layers and hasattr(learner, "task_graph"):
         step_plan = plan_measured_step(learner, platform, instantiate(cfg.partitioner),
-                                       **spaces, dtypes=_host_dtypes(precision),
+                                       **spaces, dtypes=precision.host_dtypes,
                                        min_speedup=getattr(precision, "min_speedup", 1.0))
     else:
         return None
     step_plan.applied = _applied_plan(step_plan, platform)
-    if step_plan.measured and _host_dtypes(precision) != ("float32",):
+    if step_plan.measured and precision.host_dtypes != ("float32",):
         step_plan.applied = _against_fp32(learner, precision, step_plan, platform, spaces)
     return step_plan

@@ -127,4 +127,4 @@ def algos_for_loop(on_policy: bool) -> list[str]:
 def schedulers_for(on_policy: bool) -> list[str]:
     """Scheduler options whose loop trains on-policy (or off-policy) algos."""
     return [name for name in group_options("scheduler")
-            if getattr(option_class("scheduler", name), "on_policy", False) == on_policy]
+            if option_class("scheduler", name).needs.on_policy == on_policy]

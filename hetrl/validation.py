@@ -1,5 +1,9 @@
 """The checks of a composed job config: each schema's range checks, then whether the chosen
-options of different groups fit together (naming the choices that would)."""
+options of different groups fit together (naming the choices that would).
+
+What a loop, an actors option and a precision need of the others is declared once on their
+classes (`LoopNeeds`, `Acting`, `PrecisionNeeds`) and read here, through `_loop`, `_acting`
+and `_precision`: a new option of those groups adds no case here."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from typing import Any, Mapping
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from hetrl.actors.base import Acting
 from hetrl.config.enums import ActionSpace, Agents, DType, Kind
 from hetrl.config.errors import ConfigError, require
 from hetrl.options import (
@@ -23,6 +28,8 @@ from hetrl.options import (
     replays_for,
     schedulers_for,
 )
+from hetrl.precision.base import PrecisionNeeds
+from hetrl.scheduler.base import LoopNeeds, needs_of
 
 
 def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
@@ -94,10 +101,31 @@ def _check_finite(tree: Any, key: str = "") -> None:
         raise ConfigError(f"{key}={tree!r} is invalid: valid values are finite numbers")
 
 
+def _loop(cfg_or_option: DictConfig | str) -> LoopNeeds:
+    """The needs of the chosen loop (a config) or of a scheduler option (its name)."""
+    if isinstance(cfg_or_option, str):
+        return needs_of(option_class("scheduler", cfg_or_option))
+    return needs_of(get_class(cfg_or_option.scheduler._target_))
+
+
+def _acting(cfg_or_option: DictConfig | str) -> Acting:
+    """Where the chosen actors option (a config) or an actors option (its name) acts."""
+    if isinstance(cfg_or_option, str):
+        return option_class("actors", cfg_or_option).acting
+    return get_class(cfg_or_option.actors._target_).acting
+
+
+def _precision(cfg_or_option: DictConfig | str) -> PrecisionNeeds:
+    """The needs of the chosen precision (a config) or of a precision option (its name)."""
+    if isinstance(cfg_or_option, str):
+        return option_class("precision", cfg_or_option).needs
+    return get_class(cfg_or_option.precision._target_).needs
+
+
 def _check_replay_holds_a_batch(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     """An off-policy learner samples `algo.batch_size` transitions from a replay of
-    `replay.capacity` (unless its loop keeps its own data: the scheduler's `uses_replay`)."""
-    if get_class(cfg.algo._target_).on_policy or not _uses_replay(cfg):
+    `replay.capacity` (unless its loop keeps its own data: `LoopNeeds.replay`)."""
+    if get_class(cfg.algo._target_).on_policy or not _loop(cfg).replay:
         return
     batch = cfg.algo.batch_size
     require(cfg.replay.capacity >= batch, "replay.capacity", cfg.replay.capacity,
@@ -146,23 +174,17 @@ def _check_algo_fits_platform(cfg: DictConfig, choices: Mapping[str, str]) -> No
         )
 
 
-def _uses_replay(cfg: DictConfig) -> bool:
-    """Whether the chosen loop stores its data in the `replay` option (selfplay keeps its own
-    window of generations)."""
-    return getattr(get_class(cfg.scheduler._target_), "uses_replay", True)
-
-
 def _check_replay_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     agents = Agents(cfg.env.agents)
     has = getattr(get_class(cfg.replay._target_), "agents", Agents.single)
-    if agents == Agents.game or not _uses_replay(cfg):
-        # games are self-played by a loop that keeps its own window of games: the replay is
-        # unused, and only the single-agent one builds beside a game's spaces
+    if agents == Agents.game or not _loop(cfg).replay:
+        # a loop that keeps its own data (games, rollouts) leaves the replay unused, and only
+        # the single-agent one builds beside any env's spaces
         if has != Agents.single:
             raise ConfigError(
                 f"replay={choices['replay']} is unused by scheduler={choices['scheduler']} "
-                f"(self-play keeps its own window of games) and does not build for "
-                f"env={choices['env']}: choose replay from {replays_for(Agents.single)}")
+                f"(it keeps its own data) and does not build for env={choices['env']}: "
+                f"choose replay from {replays_for(Agents.single)}")
         return
     if has != agents:
         raise ConfigError(
@@ -197,7 +219,7 @@ def _check_replay_fits_algo(cfg: DictConfig, choices: Mapping[str, str]) -> None
 
 def _check_algo_fits_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     on_policy = get_class(cfg.algo._target_).on_policy
-    if getattr(get_class(cfg.scheduler._target_), "on_policy", False) != on_policy:
+    if _loop(cfg).on_policy != on_policy:
         kind = "an on-policy" if on_policy else "an off-policy"
         raise ConfigError(
             f"algo={choices['algo']} is {kind} algorithm and cannot train with "
@@ -207,37 +229,44 @@ def _check_algo_fits_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> N
 
 
 def _check_actors_fit_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> None:
-    """An actor pool (the class flag `pool`) runs only under a scheduler that drives one; a
-    scheduler with the class flag `ray_workers` (selfplay) also takes a Ray pool (the flag
-    `ray`), which places its `workers` on Ray (so it needs at least one)."""
-    scheduler, actors = get_class(cfg.scheduler._target_), get_class(cfg.actors._target_)
-    wants_pool = getattr(scheduler, "actor_pool", False)
-    ray_workers = getattr(scheduler, "ray_workers", False)
-    if ray_workers and getattr(actors, "ray", False):
-        if cfg.scheduler.workers < 1:
+    """An actor pool (`Acting.pool`) runs only under a loop that drives one
+    (`LoopNeeds.actor_pool`); a loop that places workers of its own (`LoopNeeds.ray_workers`)
+    also takes a Ray option (`Acting.ray`), which places them on Ray (so it needs one)."""
+    loop, acting = _loop(cfg), _acting(cfg)
+
+    def fits(acts: Acting) -> bool:
+        return acts.pool == loop.actor_pool or (loop.ray_workers is not None and acts.ray)
+
+    if loop.ray_workers is not None and acting.ray:
+        workers = OmegaConf.select(cfg, loop.ray_workers)
+        if workers < 1:
+            local = [o for o in group_options("actors") if not _acting(o).pool]
             raise ConfigError(
-                f"actors={choices['actors']} places scheduler={choices['scheduler']}'s "
-                f"self-play workers on Ray, but selfplay.workers is {cfg.scheduler.workers}: "
-                "set selfplay.workers >= 1 or choose actors=local")
+                f"actors={choices['actors']} places scheduler={choices['scheduler']}'s workers "
+                f"on Ray, but {loop.ray_workers} is {workers}: set {loop.ray_workers} >= 1 or "
+                f"choose actors from {local}")
         return
-    if actors.pool != wants_pool:
-        fitting = [o for o in group_options("actors")
-                   if option_class("actors", o).pool == wants_pool
-                   or (ray_workers and getattr(option_class("actors", o), "ray", False))]
+    if not fits(acting):
+        fitting = [o for o in group_options("actors") if fits(_acting(o))]
+        if loop.actor_pool:
+            where = "drives an actor pool"
+        else:
+            where = "acts in the learner's process"
+            if loop.ray_workers is not None:
+                on_ray = ", ".join(f"actors={o}" for o in group_options("actors")
+                                   if _acting(o).ray)
+                where += f", or places its {loop.ray_workers} on Ray ({on_ray})"
         raise ConfigError(
-            f"actors={choices['actors']} does not fit scheduler={choices['scheduler']}: "
-            f"choose actors from {fitting} (scheduler=actorq runs an actor pool, "
-            "scheduler=selfplay places its workers on Ray with actors=ray, the other "
-            "schedulers act in the learner's process)"
+            f"actors={choices['actors']} does not fit scheduler={choices['scheduler']}, which "
+            f"{where}: choose actors from {fitting}"
         )
 
 
 def _check_scheduler_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     """A scheduler names the kinds of env (single- or multi-agent) its loop steps."""
     agents = Agents(cfg.env.agents)
-    if agents not in get_class(cfg.scheduler._target_).agents:
-        fitting = [o for o in group_options("scheduler")
-                   if agents in option_class("scheduler", o).agents]
+    if agents not in _loop(cfg).agents:
+        fitting = [o for o in group_options("scheduler") if agents in _loop(o).agents]
         raise ConfigError(
             f"scheduler={choices['scheduler']} does not step {agents.value}-agent envs such "
             f"as env={choices['env']}: choose scheduler from {fitting}"
@@ -245,13 +274,11 @@ def _check_scheduler_fits_env(cfg: DictConfig, choices: Mapping[str, str]) -> No
 
 
 def _check_stop_return_fits_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> None:
-    """`stop_return` ends a loop on its episodes' return_mean_100, which a self-play loop
-    does not have (the class flag `episode_returns`)."""
-    if cfg.stop_return is None or getattr(get_class(cfg.scheduler._target_), "episode_returns",
-                                          True):
+    """`stop_return` ends a loop on its episodes' return_mean_100, which a loop without
+    episode returns (`LoopNeeds.episode_returns`: self-play) does not have."""
+    if cfg.stop_return is None or _loop(cfg).episode_returns:
         return
-    fitting = [o for o in group_options("scheduler")
-               if getattr(option_class("scheduler", o), "episode_returns", True)]
+    fitting = [o for o in group_options("scheduler") if _loop(o).episode_returns]
     raise ConfigError(
         f"stop_return={cfg.stop_return} ends a job on its episodes' return_mean_100, which "
         f"scheduler={choices['scheduler']} does not have: set stop_return=null or choose "
@@ -261,12 +288,11 @@ def _check_stop_return_fits_scheduler(cfg: DictConfig, choices: Mapping[str, str
 
 def _check_precision_fits_scheduler(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     """An actor pool takes a copy of the learner into its processes; some precisions change
-    the learner's layers in a way that cannot travel (the class flag `fits_actor_pool`)."""
-    if not getattr(get_class(cfg.scheduler._target_), "actor_pool", False):
+    the learner's layers in a way that cannot travel (`PrecisionNeeds.travels`)."""
+    if not _loop(cfg).actor_pool:
         return
-    if not getattr(get_class(cfg.precision._target_), "fits_actor_pool", True):
-        fitting = [p for p in group_options("precision")
-                   if getattr(option_class("precision", p), "fits_actor_pool", True)]
+    if not _precision(cfg).travels:
+        fitting = [p for p in group_options("precision") if _precision(p).travels]
         raise ConfigError(
             f"precision={choices['precision']} does not fit scheduler={choices['scheduler']}, "
             f"whose actors take a copy of the learner: choose precision from {fitting} (the "
@@ -275,15 +301,16 @@ def _check_precision_fits_scheduler(cfg: DictConfig, choices: Mapping[str, str])
 
 
 def _check_precision_fits_trainers(cfg: DictConfig, choices: Mapping[str, str]) -> None:
-    """Data-parallel trainer ranks other than rank 0 train in float32: with any other
-    precision DDP would average gradients of different numerics (fp16 scales rank 0's loss
-    alone)."""
-    trainers = OmegaConf.select(cfg, "selfplay.trainers", default=1)
+    """Data-parallel trainer ranks other than rank 0 train in float32 (`LoopNeeds.
+    trainer_ranks`): with any other precision DDP would average gradients of different
+    numerics (fp16 scales rank 0's loss alone)."""
+    key = _loop(cfg).trainer_ranks
+    trainers = 1 if key is None else OmegaConf.select(cfg, key)
     if trainers > 1 and _dtype_name(cfg.precision.get("dtype")) != "float32":
         raise ConfigError(
-            f"precision={choices['precision']} does not fit selfplay.trainers={trainers}: the "
-            "ranks besides rank 0 train in float32, and DDP would average their gradients with "
-            "rank 0's of other numerics: choose precision=fp32 or selfplay.trainers=1")
+            f"precision={choices['precision']} does not fit {key}={trainers}: the ranks "
+            "besides rank 0 train in float32, and DDP would average their gradients with "
+            f"rank 0's of other numerics: choose precision=fp32 or {key}=1")
 
 
 def _check_partitioner_fits_platform(cfg: DictConfig, choices: Mapping[str, str]) -> None:
@@ -302,7 +329,7 @@ def _check_precision_fits_platform(cfg: DictConfig, choices: Mapping[str, str]) 
     graph); one dtype for the whole step needs, on a modeled platform, a device that computes
     each kind of node in that dtype."""
     modeled = "devices" in cfg.platform  # a ModeledPlatformConfig
-    if getattr(get_class(cfg.precision._target_), "needs_plan", False) and not modeled:
+    if _precision(cfg).plan and not modeled:
         name = choices["precision"]
         if not cfg.platform.get("measure_layers", False):
             raise ConfigError(

@@ -37,16 +37,15 @@ def _fitting_algo_for_replay(replay_option: str) -> str:
 
 def _fitting_algo_for_scheduler(scheduler_option: str) -> str:
     target = get_class(option_yaml("scheduler", scheduler_option)._target_)
-    return next(algo for algo in algos_for_loop(getattr(target, "on_policy", False))
-                if get_class(option_yaml("algo", algo)._target_).agents in target.agents)
+    return next(algo for algo in algos_for_loop(target.needs.on_policy)
+                if get_class(option_yaml("algo", algo)._target_).agents in target.needs.agents)
 
 
 def _fitting_scheduler_for_actors(actors_option: str) -> str:
     pool = issubclass(option_class("actors", actors_option), ActorPool)
     return next(name for name in group_options("scheduler")  # an off-policy one, for dqn
-                if getattr(option_class("scheduler", name), "actor_pool", False) == pool
-                and not getattr(option_class("scheduler", name), "on_policy", False)
-                and Agents.single in option_class("scheduler", name).agents)
+                if (needs := option_class("scheduler", name).needs).actor_pool == pool
+                and not needs.on_policy and Agents.single in needs.agents)
 
 
 def test_the_conf_tree_has_every_group():
@@ -64,7 +63,7 @@ def test_every_option_composes_validates_and_builds(group, option, tmp_path):
         overrides.append(f"algo={_fitting_algo_for_replay(option)}")
     if group == "actors":
         overrides.append(f"scheduler={_fitting_scheduler_for_actors(option)}")
-    if group == "precision" and getattr(option_class(group, option), "needs_plan", False):
+    if group == "precision" and option_class(group, option).needs.plan:
         overrides.append("platform=versal")
     cfg, choices = compose_job(*overrides)
     assert choices[group] == option

@@ -110,6 +110,16 @@ def test_a_scheduler_updates_only_at_episode_ends(tmp_path: Path, monkeypatch):
     assert results["updates"] > 0 and updated and updated <= ends
 
 
+def test_a_scheduler_is_checked_by_the_needs_it_declares():
+    """Validation words its refusals from the loop's `LoopNeeds`, with no case of its own."""
+    with pytest.raises(ConfigError, match=r"actors=process does not fit scheduler=episodic, "
+                                          r"which acts in the learner's process"):
+        job("scheduler=episodic", "algo=dqn", "actors=process")
+    with pytest.raises(ConfigError, match=r"algo=ppo is an on-policy algorithm and cannot "
+                                          r"train with scheduler=episodic"):
+        job("scheduler=episodic", "algo=ppo")
+
+
 GUIDE = ROOT / "docs" / "extending.md"
 
 

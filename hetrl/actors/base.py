@@ -3,9 +3,20 @@ acts in its own process); the actor pools (hetrl.actors.pool) act elsewhere."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from hetrl.quant.spec import QuantSpec
+
+
+@dataclass(frozen=True)
+class Acting:
+    """Where an actors option acts, declared once on its class (validation reads it)."""
+
+    pool: bool = False
+    """A pool of actors that a loop drives (a loop whose needs say `actor_pool`)."""
+    ray: bool = False
+    """On Ray: a loop that places workers of its own (`LoopNeeds.ray_workers`) places them there."""
 
 
 class Actors:
@@ -13,7 +24,7 @@ class Actors:
     evaluated in it next to fp32 on `eval_episodes` episodes (`ptq_reward_error_pct`; all
     that `spec` does when the learner acts itself, under the sync and on-policy schedulers)."""
 
-    pool: ClassVar[bool] = False  # a pool of actors that a scheduler drives (scheduler=actorq)
+    acting: ClassVar[Acting] = Acting()
 
     def __init__(self, precision: str, int8_mode: str, per_channel: bool,
                  eval_episodes: int) -> None:

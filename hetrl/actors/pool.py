@@ -8,7 +8,7 @@ from typing import Callable
 
 import gymnasium as gym
 
-from hetrl.actors.base import Actors
+from hetrl.actors.base import Acting, Actors
 from hetrl.actors.weights import QuantizeOn
 from hetrl.actors.worker import Chunk
 from hetrl.algos.base import Learner
@@ -29,7 +29,7 @@ class ActorPool(Actors):
     on errors and on interrupts (which leaves no actor running).
     """
 
-    pool = True
+    acting = Acting(pool=True)
 
     def __init__(self, precision: str, int8_mode: str, per_channel: bool, eval_episodes: int,
                  n: int, pull_every: int, quantize_on: str, timeout_s: float = 300.0) -> None:

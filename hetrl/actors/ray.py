@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import gymnasium as gym
 
+from hetrl.actors.base import Acting
 from hetrl.actors.pool import WAIT_SLICE_S, ActorPool
 from hetrl.actors.worker import ActorWorker, Chunk, cpu_copy
 from hetrl.algos.base import Learner
@@ -56,7 +57,7 @@ def init_ray(address: str | None, num_cpus: int) -> bool:
 
 
 class RayActors(ActorPool):
-    ray = True  # scheduler=selfplay places its workers on this Ray (validation reads this)
+    acting = Acting(pool=True, ray=True)
 
     def __init__(self, address: str | None, **pool) -> None:
         super().__init__(**pool)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from typing import Callable, ClassVar
+from typing import Callable
 
 import torch
 
@@ -25,12 +25,13 @@ from hetrl.config.enums import DType
 from hetrl.config.errors import ConfigError
 from hetrl.partition.costs import Plan
 from hetrl.partition.graph import Kind, Node, Pass, TaskGraph
+from hetrl.precision.base import PrecisionNeeds
 from hetrl.precision.layers import RoundToBfloat16, compute_layers_in
 from hetrl.precision.scaling import LossScaling
 
 
 class HardwareAwarePrecision:
-    needs_plan: ClassVar[bool] = True  # validation: a modeled platform, or the measured host
+    needs = PrecisionNeeds(plan=True)
 
     def __init__(self, prefer: list[str], loss_scaling: LossScaling | None = None,
                  min_speedup: float = 1.0) -> None:

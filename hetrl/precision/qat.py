@@ -14,8 +14,6 @@ hook return their input unchanged, so training is bitwise the fp32 training.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 from torch import nn
 from torch.nn.utils import parametrize
@@ -23,6 +21,7 @@ from torch.nn.utils import parametrize
 from hetrl.algos.base import Learner
 from hetrl.partition.costs import Plan
 from hetrl.partition.graph import TaskGraph
+from hetrl.precision.base import PrecisionNeeds
 from hetrl.precision.uniform import UniformPrecision
 from hetrl.quant.ptq import LAYERS
 from hetrl.quant.quantizers import fake_quant_ste
@@ -56,10 +55,9 @@ class FakeQuantWeight(nn.Module):
 class QATPrecision(UniformPrecision):
     """fp32 numerics, plus QuaRL's fake quantization after `quant_delay` learner updates."""
 
-    # validation: the parametrized layers cannot be pickled whole into an actor pool's processes
-    # (torch serializes them only through state_dict); ActorQ's actors quantize by
-    # `actors.precision` instead
-    fits_actor_pool: ClassVar[bool] = False
+    # the parametrized layers cannot be pickled whole into an actor pool's processes (torch
+    # serializes them only through state_dict); ActorQ's actors quantize by `actors.precision`
+    needs = PrecisionNeeds(travels=False)
 
     def __init__(self, bits: int, quant_delay: int, per_channel: bool = True) -> None:
         super().__init__("float32")

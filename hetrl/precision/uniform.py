@@ -12,6 +12,7 @@ from hetrl.algos.base import Learner
 from hetrl.config.enums import DType
 from hetrl.partition.costs import Plan
 from hetrl.partition.graph import Node, TaskGraph
+from hetrl.precision.base import PrecisionNeeds
 from hetrl.precision.native import compute_in
 from hetrl.precision.scaling import LossScaling
 
@@ -19,6 +20,8 @@ from hetrl.precision.scaling import LossScaling
 class UniformPrecision:
     """fp32; bf16; or fp16 with dynamic loss scaling, where an overflowing step is skipped
     (and counted) and the scale backs off."""
+
+    needs = PrecisionNeeds()
 
     def __init__(self, dtype: str, loss_scaling: LossScaling | None = None) -> None:
         self.dtype_name = DType(dtype).value

@@ -22,8 +22,8 @@ from hetrl.actors.pool import ActorPool
 from hetrl.actors.weights import publish
 from hetrl.actors.worker import Chunk
 from hetrl.algos.base import OffPolicyLearner
-from hetrl.config.enums import Agents
 from hetrl.replay.uniform import UniformReplay
+from hetrl.scheduler.base import LoopNeeds
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics, report_placement
 from hetrl.scheduler.state import LoopState, PhaseTimer
 from hetrl.scheduler.updates import Updates
@@ -38,9 +38,7 @@ class ActorQScheduler:
     are not used), and an actor's pull waits while the learner is more than `error_buffer`
     samples short of that (counting the chunks handed back and not learned yet)."""
 
-    on_policy = False
-    actor_pool = True  # needs actors=process or actors=ray
-    agents = (Agents.single,)  # the actors step gymnasium vector envs
+    needs = LoopNeeds(actor_pool=True)  # the actors step single-agent gymnasium vector envs
 
     def __init__(self, rate_limiter: str = "chunk", samples_per_insert: float = 16.0,
                  error_buffer: float = 4096.0) -> None:
@@ -53,8 +51,8 @@ class ActorQScheduler:
         return max(0, target - state.updates)
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
-        pool: ActorPool = t.actors  # type: ignore[assignment]  # validate() ensures it
-        learner: OffPolicyLearner = t.learner  # type: ignore[assignment]  # as the pool
+        pool = t.actors_as(ActorPool)
+        learner = t.learner_as(OffPolicyLearner)
         timer = PhaseTimer(state.phase_s)
         updates = Updates(learner, t.replay, t.precision, state)
         n_envs = t.envs.num_envs
@@ -135,13 +133,13 @@ class ActorQScheduler:
                updates: Updates, serve: Callable[[], None]) -> dict:
         """Store a chunk's transitions and run the updates its env steps are owed, serving
         the actors' pulls between updates."""
-        replay: UniformReplay = t.replay  # type: ignore[assignment]  # single-agent rings
+        replay = t.replay_as(UniformReplay)  # single-agent rings
         with timer("replay_add"):
             replay.add_steps(chunk.obs, chunk.actions, chunk.rewards, chunk.next_obs,
                              chunk.terminated, chunk.truncated, stream=chunk.rank)
         owed = sum(updates.owed(len(steps)) for steps in chunk.obs)
         if self.rate_limiter == "samples_per_insert":
-            owed = self._spi_owed(t.learner, state, state.step)  # type: ignore[arg-type]
+            owed = self._spi_owed(t.learner_as(OffPolicyLearner), state, state.step)
         state.record_episodes(chunk.returns)
         totals = state.actors.setdefault(chunk.rank, {})
         for name, value in chunk.stats.items():

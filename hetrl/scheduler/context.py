@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
-from typing import Callable
+from typing import Callable, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -21,6 +21,8 @@ from hetrl.faults import Stopped
 from hetrl.precision.base import Precision
 from hetrl.replay.base import Replay
 from hetrl.scheduler.state import LoopState, Report
+
+T = TypeVar("T")
 
 
 class NonFiniteLoss(RuntimeError):
@@ -34,9 +36,13 @@ that overflows now and then is skipped by the loss scaler and is not a failure).
 
 @dataclass
 class Training:
+    """What a loop runs on: the built components, its budget and rhythm, and the job's
+    callbacks. A loop takes the learner, replay and actors as the kinds it drives through
+    `learner_as`, `replay_as` and `actors_as` (validation made them fit its needs)."""
+
     envs: gym.vector.VectorEnv
-    learner: Learner  # an OffPolicyLearner or an OnPolicyLearner, as the scheduler needs
-    replay: Replay  # unused by on-policy loops (they keep their own rollout)
+    learner: Learner  # an OffPolicyLearner or an OnPolicyLearner, as the loop's needs say
+    replay: Replay  # unused by loops whose needs say they keep their own data
     precision: Precision
     steps: int
     log_every: int
@@ -54,6 +60,18 @@ class Training:
     eval_every: int = 0  # env steps between evaluations (and one at the end)
     stop_return: float | None = None  # the loop ends at the first log reaching this return
 
+    def learner_as(self, kind: type[T]) -> T:
+        """The learner, as the kind of learner the loop trains."""
+        return _narrowed(self.learner, kind, "learner")
+
+    def replay_as(self, kind: type[T]) -> T:
+        """The replay, as the kind of replay the loop stores into."""
+        return _narrowed(self.replay, kind, "replay")
+
+    def actors_as(self, kind: type[T]) -> T:
+        """The actors, as the kind of actors the loop drives (an actor pool)."""
+        return _narrowed(self.actors, kind, "actors")
+
     def done(self, state: LoopState) -> bool:
         """Whether the loop has spent its env-step budget or reached `stop_return`."""
         return state.step >= self.steps or state.reached is not None
@@ -64,6 +82,15 @@ class Training:
         if self.stop.is_set():
             self.checkpoint(state)
             raise Stopped(getattr(self.stop, "signum", signal.SIGINT), state.step)
+
+
+def _narrowed(value: object, kind: type[T], what: str) -> T:
+    """`value` as a `kind`; a TypeError naming both where it is not one (a loop driven
+    around validation, as a test or a benchmark may)."""
+    if not isinstance(value, kind):
+        raise TypeError(f"the {what} is a {type(value).__name__}, and this loop needs a "
+                        f"{kind.__name__}")
+    return value
 
 
 TRAINING_PHASES = ("replay_add", "rollout_add", "advantages", "sample", "update",

@@ -7,10 +7,10 @@ import torch
 
 from hetrl.algos.base import OnPolicyLearner
 from hetrl.replay.rollout import RolloutBuffer
+from hetrl.scheduler.base import LoopNeeds
 from hetrl.scheduler.autoreset import episode_returns, final_obs
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.state import LoopState, PhaseTimer
-from hetrl.config.enums import Agents
 
 
 class OnPolicyScheduler:
@@ -21,12 +21,11 @@ class OnPolicyScheduler:
     budget `steps` is rounded up to whole rollouts. The replay group is not used.
     """
 
-    on_policy = True
-    agents = (Agents.single,)
+    needs = LoopNeeds(on_policy=True, replay=False)
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         envs = t.envs
-        learner: OnPolicyLearner = t.learner  # type: ignore[assignment]  # validate() ensures it
+        learner = t.learner_as(OnPolicyLearner)
         timer = PhaseTimer(state.phase_s)
         autocast = t.precision.autocast(learner.device)
         n_envs = envs.num_envs

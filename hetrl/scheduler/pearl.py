@@ -33,8 +33,8 @@ from hetrl.actors.pool import ActorPool
 from hetrl.actors.weights import publish
 from hetrl.actors.worker import Chunk
 from hetrl.algos.base import Batch, OffPolicyLearner
-from hetrl.config.enums import Agents
 from hetrl.replay.uniform import UniformReplay
+from hetrl.scheduler.base import LoopNeeds
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics, report_placement
 from hetrl.scheduler.pearl_runtime import (
     ChunkRing,
@@ -53,9 +53,7 @@ PRIMITIVES = ("t_actor_s", "t_rm_sample_s", "t_rm_insert_s", "t_rm_update_s", "t
 
 
 class PearlScheduler:
-    on_policy = False
-    actor_pool = True  # actors=process or actors=ray
-    agents = (Agents.single,)
+    needs = LoopNeeds(actor_pool=True)
 
     def __init__(self, weight_sync_every: int = 10, collect_steps: int = 16,
                  dynamic_resources: bool = True, resource_every: int = 200) -> None:
@@ -63,9 +61,9 @@ class PearlScheduler:
         self.dynamic_resources, self.resource_every = dynamic_resources, resource_every
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
-        pool: ActorPool = t.actors  # type: ignore[assignment]  # validate() ensures it
-        learner: OffPolicyLearner = t.learner  # type: ignore[assignment]
-        replay: UniformReplay = t.replay  # type: ignore[assignment]  # single-agent rings
+        pool = t.actors_as(ActorPool)
+        learner = t.learner_as(OffPolicyLearner)
+        replay = t.replay_as(UniformReplay)  # single-agent rings
         n_envs = t.envs.num_envs
         phase = state.phase_s
         check = CollisionCheck(replay.capacity)

@@ -73,6 +73,7 @@ from hetrl.config.enums import Agents
 from hetrl.envs.go import GoGame, area_owner
 from hetrl.replay.window import GenerationWindow
 from hetrl.runtime import configure_torch
+from hetrl.scheduler.base import LoopNeeds
 from hetrl.scheduler.context import Training, loop_metrics, report_placement
 from hetrl.scheduler.dataparallel import DataParallelTrainers
 from hetrl.scheduler.state import LoopState, PhaseTimer, Report
@@ -84,11 +85,9 @@ log = logging.getLogger("hetrl")
 
 
 class SelfPlayScheduler:
-    on_policy = False
-    agents = (Agents.game,)
-    uses_replay = False  # keeps its own window of generations (validation reads this)
-    ray_workers = True  # actors=ray places the workers on Ray (validation reads this)
-    episode_returns = False  # plays games: no return_mean_100 to stop at (validation reads this)
+    # keeps its own window of generations; plays games: no return_mean_100 to stop at
+    needs = LoopNeeds(agents=(Agents.game,), replay=False, ray_workers="selfplay.workers",
+                      trainer_ranks="selfplay.trainers", episode_returns=False)
 
     def __init__(self, workers: int, trainers: int, games_per_generation: int,
                  concurrent_games: int, generations: int, window: int, train_steps: int,
@@ -108,7 +107,7 @@ class SelfPlayScheduler:
         self.wall_clock_s = wall_clock_s
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
-        learner: AlphaZero = t.learner  # type: ignore[assignment]  # validate() ensures it
+        learner = t.learner_as(AlphaZero)
         game: GoGame = t.envs.game
         sp = state.__dict__.setdefault("selfplay", {"generation": 0, "window": [],
                                                     "positions": 0})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hetrl.algos.base import OffPolicyLearner
+from hetrl.scheduler.base import LoopNeeds
 from hetrl.scheduler.collect import env_step
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.state import LoopState, PhaseTimer
@@ -17,12 +18,11 @@ class SyncScheduler:
     by `gradient_steps` updates once `learning_starts` steps have been collected.
     """
 
-    on_policy = False
-    agents = (Agents.single, Agents.multi)
+    needs = LoopNeeds(agents=(Agents.single, Agents.multi))
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         envs, replay = t.envs, t.replay
-        learner: OffPolicyLearner = t.learner  # type: ignore[assignment]  # validate() ensures it
+        learner = t.learner_as(OffPolicyLearner)
         timer = PhaseTimer(state.phase_s)
         learner.time_phases(state.phase_s)
         updates = Updates(learner, replay, t.precision, state)

@@ -106,7 +106,7 @@ def reference_metrics(cfg: DictConfig, choices: Mapping[str, str], results: Mapp
             else:
                 log.warning("the reference run made no update: no reward_error_pct")
             metrics["reward_reference"] = twin[key]
-    if getattr(get_class(cfg.scheduler._target_), "actor_pool", False) and history:
+    if get_class(cfg.scheduler._target_).needs.actor_pool and history:
         metrics.update(_time_to_95pct(cfg, choices, history, history_s, out_dir, tracker,
                                       train_twin))
     if metrics:

@@ -5,7 +5,7 @@ each episode for as long as the episode took."""
 from __future__ import annotations
 
 from hetrl.algos.base import OffPolicyLearner
-from hetrl.config.enums import Agents
+from hetrl.scheduler.base import LoopNeeds
 from hetrl.scheduler.collect import env_step
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.state import LoopState, PhaseTimer
@@ -18,14 +18,14 @@ class EpisodicScheduler:
     `Updates`) are paid in one burst whenever an episode ends. Updates owed at the end of the
     budget, or at a checkpoint in the middle of an episode, are not made."""
 
-    # the class flags validation reads: off-policy algos (on_policy), single-agent envs
-    # (agents), acting in the learner's process (no actor_pool: actors=local)
-    on_policy = False
-    agents = (Agents.single,)
+    # what validation reads, declared once: every default of LoopNeeds, that is off-policy
+    # algos (on_policy=False) storing into the replay option, single-agent envs, acting in
+    # the learner's process (actor_pool=False: actors=local)
+    needs = LoopNeeds()
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         envs, replay = t.envs, t.replay
-        learner: OffPolicyLearner = t.learner  # type: ignore[assignment]  # validate() ensures it
+        learner = t.learner_as(OffPolicyLearner)  # the kind its needs say it trains
         timer = PhaseTimer(state.phase_s)
         learner.time_phases(state.phase_s)
         updates = Updates(learner, replay, t.precision, state)
