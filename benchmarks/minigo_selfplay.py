@@ -103,7 +103,7 @@ def games_per_s(workers: int, game: GoGame, width: int, blocks: int, games: int,
     """Self-play games/s, moves/s and MCTS leaf evaluations/s through the loop's worker pool
     (`workers` processes, all their cores); a random network's games vary in length, so
     moves/s is the steadier figure."""
-    from hetrl.scheduler.selfplay import _WorkerPool
+    from hetrl.actors.selfplay import WorkerPool
 
     class _Learner:  # what the pool reads of a learner
         def __init__(self) -> None:
@@ -111,7 +111,7 @@ def games_per_s(workers: int, game: GoGame, width: int, blocks: int, games: int,
             self.width, self.blocks = width, blocks
             self.search = SearchConfig(readouts=readouts, fast_readouts=max(1, readouts // 4))
 
-    pool = _WorkerPool(workers, game, _Learner(), 0)  # type: ignore[arg-type]
+    pool = WorkerPool(workers, game, _Learner(), 0)  # type: ignore[arg-type]
     try:
         pool.play(workers, 1, 10**9, 0, SearchStats())  # warm up: processes started
         stats = SearchStats()

@@ -96,8 +96,8 @@ def test_a_tiny_job_trains_checkpoints_and_resumes(tmp_path: Path):
     png = client.download_artifacts(results["run_id"], "sgf/generation_0000.png", str(tmp_path))
     assert matplotlib.image.imread(png).ndim == 3
     saved = checkpoint.load(tmp_path / "job0")
-    loop = saved["loop"].selfplay
-    assert loop["generation"] == 1 and len(loop["window"]) == 1
+    loop = saved["loop"].progress
+    assert loop.generation == 1 and len(loop.window) == 1
     assert saved["learner"]["generation"] in (0, 1) and saved["learner"]["updates"] == 2
 
 
@@ -118,7 +118,7 @@ def test_a_stop_between_generations_names_the_signal_and_resume_finishes_the_job
                                       f"go on with: python -m hetrl resume={tmp_path / 'job0'}"):
         run_job(tmp_path, *job)
     monkeypatch.undo()
-    assert checkpoint.load(tmp_path / "job0")["loop"].selfplay["generation"] == 1
+    assert checkpoint.load(tmp_path / "job0")["loop"].progress.generation == 1
 
     cfg, choices = compose_job(f"tracking.uri={tracking_uri(tmp_path)}",
                                f"resume={tmp_path / 'job0'}")

@@ -12,14 +12,10 @@ import pytest
 import torch
 from helpers import build_job
 
+from hetrl.actors.shared import DoubleBuffer
 from hetrl.algos.base import Batch
 from hetrl.replay.uniform import UniformReplay
-from hetrl.scheduler.pearl_runtime import (
-    CollisionCheck,
-    DoubleBuffer,
-    ResourceManager,
-    Timings,
-)
+from hetrl.scheduler.pearl_runtime import CollisionCheck, ResourceManager, Timings
 from hetrl.scheduler.state import LoopState
 from hetrl.scheduler.updates import Updates
 
@@ -211,7 +207,7 @@ def test_pearl_pays_every_update_the_sync_loop_makes(tmp_path):
 def test_process_actors_load_weights_from_the_shared_double_buffer():
     from hetrl.actors.worker import ActorWorker, cpu_copy
     from hetrl.quant.spec import QuantSpec
-    from hetrl.scheduler.pearl_runtime import flatten
+    from hetrl.actors.shared import flatten
 
     c = build_job("algo=dqn", "algo.hidden=[8]", "env=cartpole")
     learner = c.learner
@@ -253,7 +249,7 @@ def test_chunk_ring_carries_a_chunk_through_shared_memory(method):
     import pickle
 
     from hetrl.actors.worker import Chunk
-    from hetrl.scheduler.pearl_runtime import ChunkRing
+    from hetrl.actors.shared import ChunkRing
 
     obs_space = gym.spaces.Box(-1, 1, (4,), np.float32)
     act_space = gym.spaces.Discrete(2)

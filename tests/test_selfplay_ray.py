@@ -47,7 +47,7 @@ def test_ray_and_process_workers_play_the_same_games():
     from hetrl.algos.alphazero import make_learner
     from hetrl.algos.mcts import SearchStats
     from hetrl.envs.go import GoGame
-    from hetrl.scheduler.selfplay import _RayWorkerPool, _WorkerPool
+    from hetrl.actors.selfplay import RayWorkerPool, WorkerPool
 
     game = GoGame(5)
     learner = make_learner((game.planes, 5, 5), game.num_actions, width=8, blocks=1,
@@ -55,8 +55,8 @@ def test_ray_and_process_workers_play_the_same_games():
                            l2=1e-4, value_weight=0.5,
                            search={"readouts": 8, "fast_readouts": 4})
     games = {}
-    for name, pool in (("process", lambda: _WorkerPool(2, game, learner, seed=3)),
-                       ("ray", lambda: _RayWorkerPool(2, game, learner, seed=3, address=None))):
+    for name, pool in (("process", lambda: WorkerPool(2, game, learner, seed=3)),
+                       ("ray", lambda: RayWorkerPool(2, game, learner, seed=3, address=None))):
         workers = pool()
         try:
             records = workers.play(4, 4, 10**6, 1, SearchStats())

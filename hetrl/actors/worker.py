@@ -17,13 +17,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from hetrl.actors.acting import env_step
+from hetrl.actors.shared import unflatten_into
 from hetrl.actors.weights import deserialize
 from hetrl.algos.base import Learner
 from hetrl.quant import QuantSpec, load_into, quantize_policy
 from hetrl.runtime import configure_torch
-from hetrl.scheduler.collect import env_step
-from hetrl.scheduler.state import PhaseTimer
 from hetrl.seeding import seed_everything
+from hetrl.timing import PhaseTimer
 
 STATS = ("step_s", "env_s", "pull_s", "deserialize_s", "load_state_dict_s", "comm_bytes", "pulls",
          "steps")
@@ -94,8 +95,6 @@ class ActorWorker:
     def load_shared(self) -> dict[str, float]:
         """Load the newest whole version of the shared double buffer if it is newer than the
         acting one (a version-tag read, no message); returns the timings."""
-        from hetrl.scheduler.pearl_runtime import unflatten_into
-
         start = perf_counter()
         got = self.weights.read()
         if got is None or got[0] <= self.version:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from hetrl.config.enums import ActionSpace, Agents
-from hetrl.scheduler.state import PhaseTimer
+from hetrl.timing import PhaseTimer
 
 
 class Batch(NamedTuple):

@@ -16,7 +16,7 @@ class GenerationWindow:
     """The positions of the last `size` generations; `sample(n)` draws min(n, positions)
     rows uniformly, with replacement, from `rng`.
 
-    `generations` is the list the loop checkpoints (`LoopState.selfplay["window"]`); the
+    `generations` is the list the loop checkpoints (`SelfPlayProgress.window`); the
     window adds to it and trims it in place, so the checkpoint always holds the window."""
 
     def __init__(self, size: int, rng: np.random.Generator,

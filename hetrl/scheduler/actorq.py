@@ -25,8 +25,9 @@ from hetrl.algos.base import OffPolicyLearner
 from hetrl.replay.uniform import UniformReplay
 from hetrl.scheduler.base import LoopNeeds
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics, report_placement
-from hetrl.scheduler.state import LoopState, PhaseTimer
+from hetrl.scheduler.state import LoopState
 from hetrl.scheduler.updates import Updates
+from hetrl.timing import PhaseTimer
 
 
 class ActorQScheduler:

@@ -34,13 +34,13 @@ import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from hetrl.actors.workers import stop_workers
 from hetrl.algos.alphazero import AlphaZero, make_learner
 from hetrl.precision.uniform import UniformPrecision
 from hetrl.replay.window import Generation, GenerationWindow
 from hetrl.runtime import configure_torch
 from hetrl.scheduler.state import LoopState
 from hetrl.scheduler.updates import Updates
-from hetrl.scheduler.workers import stop_workers
 
 
 def rendezvous_file() -> str:

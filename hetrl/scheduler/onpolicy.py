@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from hetrl.actors.acting import episode_returns, final_obs
 from hetrl.algos.base import OnPolicyLearner
 from hetrl.replay.rollout import RolloutBuffer
 from hetrl.scheduler.base import LoopNeeds
-from hetrl.scheduler.autoreset import episode_returns, final_obs
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
-from hetrl.scheduler.state import LoopState, PhaseTimer
+from hetrl.scheduler.state import LoopState
+from hetrl.timing import PhaseTimer
 
 
 class OnPolicyScheduler:

@@ -30,20 +30,14 @@ import numpy as np
 import torch
 
 from hetrl.actors.pool import ActorPool
+from hetrl.actors.shared import ChunkRing, DoubleBuffer, flatten
 from hetrl.actors.weights import publish
 from hetrl.actors.worker import Chunk
 from hetrl.algos.base import Batch, OffPolicyLearner
 from hetrl.replay.uniform import UniformReplay
 from hetrl.scheduler.base import LoopNeeds
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics, report_placement
-from hetrl.scheduler.pearl_runtime import (
-    ChunkRing,
-    CollisionCheck,
-    DoubleBuffer,
-    ResourceManager,
-    Timings,
-    flatten,
-)
+from hetrl.scheduler.pearl_runtime import CollisionCheck, ResourceManager, Timings
 from hetrl.scheduler.state import LoopState, Report
 from hetrl.scheduler.updates import Updates
 

@@ -43,25 +43,23 @@ an SGF (`sgf/generation_NNNN.sgf`) and its final board as a PNG beside it
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
-import queue
-import socket
+import math
 import tempfile
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
-from hetrl.actors.ray import RayActors, init_ray, ray_node
+from hetrl.actors.selfplay import SelfPlayPool, plain_state_dict, selfplay_pool
 from hetrl.algos.alphazero import (
     AlphaZero,
     GameRecord,
     PolicyValueNet,
     evaluator,
-    iter_games,
     match,
     play_games,
     result,
@@ -71,17 +69,53 @@ from hetrl.algos.mcts import SearchConfig, SearchStats
 from hetrl.algos.pure_mcts import PureMcts
 from hetrl.config.enums import Agents
 from hetrl.envs.go import GoGame, area_owner
-from hetrl.replay.window import GenerationWindow
-from hetrl.runtime import configure_torch
+from hetrl.replay.window import Generation, GenerationWindow
 from hetrl.scheduler.base import LoopNeeds
 from hetrl.scheduler.context import Training, loop_metrics, report_placement
 from hetrl.scheduler.dataparallel import DataParallelTrainers
-from hetrl.scheduler.state import LoopState, PhaseTimer, Report
+from hetrl.scheduler.state import LoopState, Report
 from hetrl.scheduler.updates import Updates
-from hetrl.scheduler.workers import stop_workers
+from hetrl.timing import PhaseTimer
 from hetrl.tracking.plots import go_board
 
 log = logging.getLogger("hetrl")
+
+
+@dataclass
+class SelfPlayProgress:
+    """The loop's own progress, checkpointed with its LoopState (`LoopState.progress`)."""
+
+    generation: int = 0  # generations played so far
+    window: list[Generation] = field(default_factory=list)  # the window's generations
+    positions: int = 0  # positions in the window
+    generation_0: dict[str, torch.Tensor] | None = None  # what "against generation 0" plays
+    wall_s: float = 0.0  # the loop's wall clock, summed over resumes
+    out_of_time: bool = False  # another generation would end past wall_clock_s
+    vs_random: float = math.nan  # the last evaluation's win rates
+    vs_gen0: float = math.nan
+    vs_mcts: dict[int, float] = field(default_factory=dict)  # rung (simulations) -> win rate
+    metrics: dict[str, float] = field(default_factory=dict)  # the last generation's
+
+
+@dataclass
+class GenerationLog:
+    """What one generation did, phase by phase, as its log line and metrics tell it."""
+
+    gen: int
+    records: list[GameRecord] = field(default_factory=list)
+    stats: SearchStats = field(default_factory=SearchStats)
+    selfplay_s: float = 0.0
+    learner_metrics: dict[str, Any] = field(default_factory=dict)
+    train_s: float = 0.0
+    comm: dict[str, float] = field(default_factory=dict)  # the all-reduce, with trainers > 1
+    gating_rate: float = 1.0
+    accepted: bool = True
+    gating_s: float = 0.0
+    eval_s: float = 0.0
+
+    @property
+    def moves(self) -> int:
+        return sum(len(r.moves) for r in self.records)
 
 
 class SelfPlayScheduler:
@@ -107,167 +141,215 @@ class SelfPlayScheduler:
         self.wall_clock_s = wall_clock_s
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
-        learner = t.learner_as(AlphaZero)
-        game: GoGame = t.envs.game
-        sp = state.__dict__.setdefault("selfplay", {"generation": 0, "window": [],
-                                                    "positions": 0})
-        if "generation_0" not in sp:  # what "against generation 0" plays
-            sp["generation_0"] = plain_state_dict(learner.best)
-        gen0 = PolicyValueNet(game.planes, game.n, learner.width, learner.blocks)
-        gen0.load_state_dict(sp["generation_0"])
-        timer = PhaseTimer(state.phase_s)
-        wall_start, wall_before = time.perf_counter(), sp.get("wall_s", 0.0)  # workers included
-        rng = np.random.default_rng(t.seed + 1000 * sp["generation"])
-        window = GenerationWindow(self.window, rng, sp["window"])  # batches drawn from rng too
-        updates = Updates(learner, window, t.precision, state, self.trainers)
-        pool: _Pool | None = None
-        if isinstance(t.actors, RayActors):  # actors=ray: the workers as Ray actors
-            pool = _RayWorkerPool(self.workers, game, learner, t.seed, t.actors.address)
-        elif self.workers > 0:
-            pool = _WorkerPool(self.workers, game, learner, t.seed)
-        trainers = None
-        if self.trainers > 1:
-            trainers = DataParallelTrainers(self.trainers, learner, t.seed, window)
-        metrics: dict[str, float] = {}
-        learner_metrics: dict[str, Any] = {}
+        generations = Generations(self, t, state)
         try:
-            if pool is not None:  # where the workers run, as ActorQ's pool reports it
-                report_placement(t, state.step, pool.placement())
-            while (sp["generation"] < self.generations and state.step < t.steps
-                   and not sp.get("out_of_time")):
+            if generations.pool is not None:  # where the workers run, as ActorQ's pool says
+                report_placement(t, state.step, generations.pool.placement())
+            while generations.going():
                 t.stop_if_requested(state)
-                gen = sp["generation"]
-                generation_start = time.perf_counter()
-                stats = SearchStats()
-                budget = t.steps - state.step
-                start = time.perf_counter()
-                with timer("selfplay"):
-                    if pool is None:
-                        records = play_games(
-                            self.games_per_generation, self.concurrent_games, game,
-                            evaluator(learner.best, game, learner.device), learner.search, rng,
-                            stats, max_positions=budget)
-                    else:
-                        records = pool.play(self.games_per_generation, self.concurrent_games,
-                                            budget, gen, stats)
-                selfplay_s = time.perf_counter() - start
-                moves = sum(len(r.moves) for r in records)
-                state.step += moves
-                if records:  # a sampled game, as SGF and its final board as a PNG
-                    _log_game(t, records[int(rng.integers(len(records)))], game, gen,
-                              learner.generation)
-                state.episodes += len(records)
-                generation = (gen, *_stack(records, game))
-                window.add(generation)
-                if trainers is not None:
-                    trainers.add_generation(generation)
-
-                start = time.perf_counter()
-                learner_metrics = {}
-                if len(window) > 0:  # no position yet (no full-readout move): no batch
-                    with (trainers.training(self.train_steps) if trainers is not None
-                          else nullcontext()):
-                        for _ in range(self.train_steps):
-                            learner_metrics = updates.step()
-                train_s = time.perf_counter() - start
-                comm = trainers.comm if trainers is not None else {}
-
-                eval_cfg = _eval_config(learner.search, self.eval_readouts)
-                start = time.perf_counter()
-                with timer("gating"):
-                    if self.gating_games > 0:
-                        rate = match(self.gating_games, game,
-                                     evaluator(learner.net, game, learner.device),
-                                     evaluator(learner.best, game, learner.device),
-                                     eval_cfg, rng, self.concurrent_games)
-                    else:
-                        rate = 1.0
-                    accepted = rate >= self.gating_win_rate
-                    if accepted:
-                        learner.accept()
-                gating_s = time.perf_counter() - start
-                start = time.perf_counter()
-                now = time.perf_counter()
-                generation_s = now - generation_start  # up to its evaluation
-                sp["out_of_time"] = (self.wall_clock_s is not None and wall_before + now
-                                     - wall_start + generation_s > self.wall_clock_s)
-                last = gen + 1 >= self.generations or state.step >= t.steps or sp["out_of_time"]
-                evaluating = (gen + 1) % self.eval_every == 0 or last
-                with timer("eval"):
-                    if evaluating and self.eval_games > 0:
-                        sp["vs_random"] = match(self.eval_games, game,
-                                                evaluator(learner.best, game, learner.device),
-                                                None, eval_cfg, rng, self.concurrent_games)
-                        sp["vs_gen0"] = match(self.eval_games, game,
-                                              evaluator(learner.best, game, learner.device),
-                                              evaluator(gen0, game), eval_cfg, rng,
-                                              self.concurrent_games)
-                    if evaluating and self.ladder_games > 0:
-                        sp["vs_mcts"] = {
-                            sims: match(self.ladder_games, game,
-                                        evaluator(learner.best, game, learner.device),
-                                        PureMcts(game, sims, t.seed + gen), eval_cfg, rng,
-                                        self.concurrent_games)
-                            for sims in self.ladder_simulations}
-                    vs_random = sp.get("vs_random", float("nan"))
-                eval_s = time.perf_counter() - start
-                sp["generation"] = gen + 1
-                sp["positions"] = len(window)
-                metrics = {
-                    "selfplay/generation": float(gen + 1),
-                    "selfplay/best_generation": float(learner.generation),
-                    "selfplay/games": float(len(records)),
-                    "selfplay/games_per_s": len(records) / selfplay_s,
-                    "selfplay/positions_per_s": moves / selfplay_s,
-                    "selfplay/leaf_evals_per_s": stats.leaves / selfplay_s,
-                    "selfplay/mean_leaf_batch": stats.mean_batch,
-                    "selfplay/selfplay_s": selfplay_s,
-                    "selfplay/train_s": train_s,
-                    "selfplay/gating_s": gating_s,
-                    "selfplay/eval_s": eval_s,
-                    "selfplay/gating_win_rate": rate,
-                    "selfplay/accepted": float(accepted),
-                    "selfplay/win_rate_vs_random": vs_random,
-                    "selfplay/win_rate_vs_gen0": sp.get("vs_gen0", float("nan")),
-                    "selfplay/window_positions": float(sp["positions"]),
-                    "selfplay/black_win_rate": float(np.mean([r.winner == 1 for r in records])),
-                    "selfplay/resigned": float(np.mean([r.resigned for r in records])),
-                    "selfplay/game_length": moves / max(len(records), 1),
-                }
-                for sims, rate_vs in sp.get("vs_mcts", {}).items():
-                    metrics[f"selfplay/win_rate_vs_mcts{sims}"] = rate_vs
-                if comm:  # DDP's gradient all-reduce, timed on rank 0
-                    metrics["selfplay/allreduce_s"] = comm["seconds"]
-                    metrics["selfplay/allreduce_mb"] = comm["bytes"] / 1e6
-                state.history.append((state.step, vs_random))
-                state.history_s.append(state.elapsed_s)
-                state.elapsed_s += selfplay_s + train_s + gating_s + eval_s
-                sp["wall_s"] = wall_before + time.perf_counter() - wall_start
-                metrics["selfplay/wall_s"] = sp["wall_s"]
-                metrics.update(loop_metrics(state, learner, learner_metrics))
-                sp["metrics"] = metrics
-                t.report(state.step, metrics, Report.loop)
-                log.info("generation %d: %d games, %.1f games/s, %.0f leaf evals/s (batch "
-                         "%.1f), black wins %.2f, loss %.3f (value %.3f), train %.1f s%s, "
-                         "gating %.2f (%s), vs random %.2f, vs generation 0 %.2f%s", gen + 1,
-                         len(records), metrics["selfplay/games_per_s"],
-                         metrics["selfplay/leaf_evals_per_s"], stats.mean_batch,
-                         metrics["selfplay/black_win_rate"],
-                         float(learner_metrics.get("loss", float("nan"))),
-                         float(learner_metrics.get("value_loss", float("nan"))), train_s,
-                         f" (all-reduce {comm['seconds']:.2f} s)" if comm else "", rate,
-                         "accepted" if accepted else "rejected", vs_random,
-                         metrics["selfplay/win_rate_vs_gen0"],
-                         "".join(f", vs MCTS {sims} {rate_vs:.2f}"
-                                 for sims, rate_vs in sp.get("vs_mcts", {}).items()))
-                if t.checkpoint_every > 0:
-                    t.checkpoint(state)
+                generations.step()
         finally:
-            if pool is not None:
-                pool.close()
-            if trainers is not None:
-                trainers.close()
-        return metrics or sp.get("metrics") or loop_metrics(state, learner, learner_metrics)
+            generations.close()
+        return generations.results()
+
+
+class Generations:
+    """One run of the loop: its parts (the window, the update step, the worker pool, the
+    trainer ranks) and progress, and a generation's phases as methods: `play`, `train`,
+    `gate`, `evaluate`, `log`."""
+
+    def __init__(self, cfg: SelfPlayScheduler, t: Training, state: LoopState) -> None:
+        self.cfg, self.t, self.state = cfg, t, state
+        self.learner = learner = t.learner_as(AlphaZero)
+        self.game: GoGame = t.envs.game
+        if state.progress is None:
+            state.progress = SelfPlayProgress(generation_0=plain_state_dict(learner.best))
+        self.progress: SelfPlayProgress = state.progress
+        self.gen0 = PolicyValueNet(self.game.planes, self.game.n, learner.width, learner.blocks)
+        self.gen0.load_state_dict(self.progress.generation_0)
+        self.timer = PhaseTimer(state.phase_s)
+        self.wall_start, self.wall_before = time.perf_counter(), self.progress.wall_s
+        self.rng = np.random.default_rng(t.seed + 1000 * self.progress.generation)
+        # batches are drawn from the loop's generator too
+        self.window = GenerationWindow(cfg.window, self.rng, self.progress.window)
+        self.updates = Updates(learner, self.window, t.precision, state, cfg.trainers)
+        self.pool: SelfPlayPool | None = selfplay_pool(t.actors, cfg.workers, self.game,
+                                                       learner, t.seed)
+        self.trainers = (DataParallelTrainers(cfg.trainers, learner, t.seed, self.window)
+                         if cfg.trainers > 1 else None)
+        self.metrics: dict[str, float] = {}
+        self.learner_metrics: dict[str, Any] = {}
+
+    def going(self) -> bool:
+        """Generations, moves and wall clock left."""
+        return (self.progress.generation < self.cfg.generations
+                and self.state.step < self.t.steps and not self.progress.out_of_time)
+
+    def step(self) -> None:
+        """One generation: play, train, gate, evaluate, log."""
+        g = GenerationLog(self.progress.generation)
+        started = time.perf_counter()
+        self.play(g)
+        self.train(g)
+        self.gate(g)
+        self.evaluate(g, started)
+        self.log(g)
+        if self.t.checkpoint_every > 0:
+            self.t.checkpoint(self.state)
+
+    def play(self, g: GenerationLog) -> None:
+        """Self-play `games_per_generation` games with `best` (within the move budget) into
+        the window; one of them is logged as SGF and a picture."""
+        cfg, learner, game, state = self.cfg, self.learner, self.game, self.state
+        budget = self.t.steps - state.step
+        start = time.perf_counter()
+        with self.timer("selfplay"):
+            if self.pool is None:
+                g.records = play_games(
+                    cfg.games_per_generation, cfg.concurrent_games, game,
+                    evaluator(learner.best, game, learner.device), learner.search, self.rng,
+                    g.stats, max_positions=budget)
+            else:
+                g.records = self.pool.play(cfg.games_per_generation, cfg.concurrent_games,
+                                           budget, g.gen, g.stats)
+        g.selfplay_s = time.perf_counter() - start
+        state.step += g.moves
+        if g.records:  # a sampled game, as SGF and its final board as a PNG
+            _log_game(self.t, g.records[int(self.rng.integers(len(g.records)))], game, g.gen,
+                      learner.generation)
+        state.episodes += len(g.records)
+        generation = (g.gen, *_stack(g.records, game))
+        self.window.add(generation)
+        if self.trainers is not None:
+            self.trainers.add_generation(generation)
+
+    def train(self, g: GenerationLog) -> None:
+        """`train_steps` updates on batches of the window (on every trainer rank)."""
+        start = time.perf_counter()
+        if len(self.window) > 0:  # no position yet (no full-readout move): no batch
+            with (self.trainers.training(self.cfg.train_steps) if self.trainers is not None
+                  else nullcontext()):
+                for _ in range(self.cfg.train_steps):
+                    g.learner_metrics = self.updates.step()
+        g.train_s = time.perf_counter() - start
+        g.comm = self.trainers.comm if self.trainers is not None else {}
+        self.learner_metrics = g.learner_metrics
+
+    def gate(self, g: GenerationLog) -> None:
+        """The trained network against `best`: it becomes `best` at `gating_win_rate`."""
+        cfg, learner, game = self.cfg, self.learner, self.game
+        start = time.perf_counter()
+        with self.timer("gating"):
+            if cfg.gating_games > 0:
+                g.gating_rate = match(cfg.gating_games, game,
+                                      evaluator(learner.net, game, learner.device),
+                                      evaluator(learner.best, game, learner.device),
+                                      self._eval_search(), self.rng, cfg.concurrent_games)
+            g.accepted = g.gating_rate >= cfg.gating_win_rate
+            if g.accepted:
+                learner.accept()
+        g.gating_s = time.perf_counter() - start
+
+    def evaluate(self, g: GenerationLog, started: float) -> None:
+        """`best` against a random player, generation 0 and the pure-MCTS ladder, every
+        `eval_every` generations and at the last one (which the wall clock may make this)."""
+        cfg, learner, game, p = self.cfg, self.learner, self.game, self.progress
+        now = time.perf_counter()
+        generation_s = now - started  # up to its evaluation
+        p.out_of_time = (cfg.wall_clock_s is not None and self.wall_before + now
+                         - self.wall_start + generation_s > cfg.wall_clock_s)
+        last = (g.gen + 1 >= cfg.generations or self.state.step >= self.t.steps
+                or p.out_of_time)
+        evaluating = (g.gen + 1) % cfg.eval_every == 0 or last
+        search = self._eval_search()
+        with self.timer("eval"):
+            if evaluating and cfg.eval_games > 0:
+                best = evaluator(learner.best, game, learner.device)
+                p.vs_random = match(cfg.eval_games, game, best, None, search, self.rng,
+                                    cfg.concurrent_games)
+                p.vs_gen0 = match(cfg.eval_games, game, best, evaluator(self.gen0, game),
+                                  search, self.rng, cfg.concurrent_games)
+            if evaluating and cfg.ladder_games > 0:
+                p.vs_mcts = {sims: match(cfg.ladder_games, game,
+                                         evaluator(learner.best, game, learner.device),
+                                         PureMcts(game, sims, self.t.seed + g.gen), search,
+                                         self.rng, cfg.concurrent_games)
+                             for sims in cfg.ladder_simulations}
+        g.eval_s = time.perf_counter() - now
+
+    def log(self, g: GenerationLog) -> None:
+        """The generation's metrics (`selfplay/*` and the loop's), reported and logged."""
+        state, p = self.state, self.progress
+        p.generation = g.gen + 1
+        p.positions = len(self.window)
+        metrics = _generation_metrics(g, p, self.learner)
+        state.history.append((state.step, p.vs_random))
+        state.history_s.append(state.elapsed_s)
+        state.elapsed_s += g.selfplay_s + g.train_s + g.gating_s + g.eval_s
+        p.wall_s = self.wall_before + time.perf_counter() - self.wall_start
+        metrics["selfplay/wall_s"] = p.wall_s
+        metrics.update(loop_metrics(state, self.learner, g.learner_metrics))
+        self.metrics = p.metrics = metrics
+        self.t.report(state.step, metrics, Report.loop)
+        log.info("generation %d: %d games, %.1f games/s, %.0f leaf evals/s (batch %.1f), "
+                 "black wins %.2f, loss %.3f (value %.3f), train %.1f s%s, gating %.2f (%s), "
+                 "vs random %.2f, vs generation 0 %.2f%s", g.gen + 1, len(g.records),
+                 metrics["selfplay/games_per_s"], metrics["selfplay/leaf_evals_per_s"],
+                 g.stats.mean_batch, metrics["selfplay/black_win_rate"],
+                 float(g.learner_metrics.get("loss", math.nan)),
+                 float(g.learner_metrics.get("value_loss", math.nan)), g.train_s,
+                 f" (all-reduce {g.comm['seconds']:.2f} s)" if g.comm else "", g.gating_rate,
+                 "accepted" if g.accepted else "rejected", p.vs_random, p.vs_gen0,
+                 "".join(f", vs MCTS {sims} {rate:.2f}" for sims, rate in p.vs_mcts.items()))
+
+    def results(self) -> dict[str, float]:
+        """The last generation's metrics (this run's, or the checkpoint's)."""
+        return (self.metrics or self.progress.metrics
+                or loop_metrics(self.state, self.learner, self.learner_metrics))
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+        if self.trainers is not None:
+            self.trainers.close()
+
+    def _eval_search(self) -> SearchConfig:
+        """The search of gating and evaluation: `eval_readouts` readouts a move."""
+        return SearchConfig(**{**vars(self.learner.search), "readouts": self.cfg.eval_readouts})
+
+
+def _generation_metrics(g: GenerationLog, p: SelfPlayProgress,
+                        learner: AlphaZero) -> dict[str, float]:
+    """A generation's `selfplay/*` figures."""
+    records, moves = g.records, g.moves
+    metrics = {
+        "selfplay/generation": float(g.gen + 1),
+        "selfplay/best_generation": float(learner.generation),
+        "selfplay/games": float(len(records)),
+        "selfplay/games_per_s": len(records) / g.selfplay_s,
+        "selfplay/positions_per_s": moves / g.selfplay_s,
+        "selfplay/leaf_evals_per_s": g.stats.leaves / g.selfplay_s,
+        "selfplay/mean_leaf_batch": g.stats.mean_batch,
+        "selfplay/selfplay_s": g.selfplay_s,
+        "selfplay/train_s": g.train_s,
+        "selfplay/gating_s": g.gating_s,
+        "selfplay/eval_s": g.eval_s,
+        "selfplay/gating_win_rate": g.gating_rate,
+        "selfplay/accepted": float(g.accepted),
+        "selfplay/win_rate_vs_random": p.vs_random,
+        "selfplay/win_rate_vs_gen0": p.vs_gen0,
+        "selfplay/window_positions": float(p.positions),
+        "selfplay/black_win_rate": float(np.mean([r.winner == 1 for r in records])),
+        "selfplay/resigned": float(np.mean([r.resigned for r in records])),
+        "selfplay/game_length": moves / max(len(records), 1),
+    }
+    for sims, rate in p.vs_mcts.items():
+        metrics[f"selfplay/win_rate_vs_mcts{sims}"] = rate
+    if g.comm:  # DDP's gradient all-reduce, timed on rank 0
+        metrics["selfplay/allreduce_s"] = g.comm["seconds"]
+        metrics["selfplay/allreduce_mb"] = g.comm["bytes"] / 1e6
+    return metrics
+
 
 def _log_game(t: Training, record: GameRecord, game: GoGame, gen: int, player: int) -> None:
     """A game of generation `gen` (played by generation `player`) as the artifacts
@@ -291,199 +373,3 @@ def _stack(records: list[GameRecord], game: GoGame) -> tuple[np.ndarray, np.ndar
                 np.zeros((0, game.num_actions), np.float32), np.zeros(0, np.float32))
     return (np.concatenate([r.planes for r in records]), np.concatenate([r.pis for r in records]),
             np.concatenate([r.zs for r in records]))
-
-
-def _eval_config(cfg: SearchConfig, readouts: int) -> SearchConfig:
-    return SearchConfig(**{**vars(cfg), "readouts": readouts})
-
-
-def _worker_spec(game: GoGame, learner: AlphaZero) -> dict:
-    """What a worker builds its game and network from."""
-    return {"board_size": game.n, "komi": game.komi, "history": game.history,
-            "liberties": game.liberties, "max_moves": game.max_moves,
-            "width": learner.width, "blocks": learner.blocks}
-
-
-class SelfPlayWorker:
-    """What a self-play worker does, wherever it runs (an OS process of `_WorkerPool` or a
-    Ray actor of `_RayWorkerPool`): each generation it loads the latest `best` weights, plays
-    its share of the games and yields each game as it ends, then its search counts."""
-
-    def __init__(self, rank: int, spec: dict, search: dict, seed: int) -> None:
-        configure_torch(1)
-        self.rank, self.seed = rank, seed
-        self.game = GoGame(spec["board_size"], spec["komi"], spec["history"],
-                           spec["liberties"], spec["max_moves"])
-        self.net = PolicyValueNet(self.game.planes, self.game.n, spec["width"], spec["blocks"])
-        self.cfg = SearchConfig(**search)
-
-    def play(self, gen: int, weights: dict[str, torch.Tensor], n_games: int, concurrent: int,
-             budget: int) -> Iterator[tuple[str, Any]]:
-        """("game", record) for each game as it ends, then ("done", (leaves, batches))."""
-        self.net.load_state_dict(weights)
-        rng = np.random.default_rng([self.seed, gen, self.rank])
-        stats = SearchStats()
-        for record in iter_games(n_games, concurrent, self.game, evaluator(self.net, self.game),
-                                 self.cfg, rng, stats, max_positions=budget):
-            yield "game", record
-        yield "done", (stats.leaves, stats.batches)
-
-    def node(self) -> str:
-        """The Ray node this worker runs on (asked of Ray actors only)."""
-        return ray_node()
-
-
-class _Pool:
-    """Self-play workers that live as long as the loop: each generation they take the latest
-    `best` weights and their share of the games, and send each game back as it ends.
-    Subclasses run them somewhere (OS processes, Ray actors)."""
-
-    n: int
-    learner: AlphaZero
-
-    def tasks(self, games: int, concurrent: int, budget: int,
-              gen: int) -> list[tuple[int, int, int, int]]:
-        """Each worker's (generation, games, concurrent games, move budget)."""
-        n = self.n
-        return [(gen, games // n + (rank < games % n), max(1, concurrent // n), -(-budget // n))
-                for rank in range(n)]
-
-    def placement(self) -> dict[int, str]:
-        """Where each worker runs: rank -> node."""
-        return dict.fromkeys(range(self.n), socket.gethostname())
-
-    def play(self, games: int, concurrent: int, budget: int, gen: int,
-             stats: SearchStats) -> list[GameRecord]:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-
-def _take(item: tuple[str, Any], records: list[GameRecord], stats: SearchStats) -> bool:
-    """File a worker's message; whether it was its last of the generation."""
-    kind, payload = item
-    if kind == "game":
-        records.append(payload)
-        return False
-    stats.leaves += payload[0]
-    stats.batches += payload[1]
-    return True
-
-
-class _WorkerPool(_Pool):
-    """The workers as OS processes, fed through task queues, games back through one queue."""
-
-    def __init__(self, n: int, game: GoGame, learner: AlphaZero, seed: int) -> None:
-        ctx = mp.get_context("spawn")
-        self.n, self.learner = n, learner
-        self.results: Any = ctx.Queue()
-        self.queues = [ctx.Queue() for _ in range(n)]
-        spec = _worker_spec(game, learner)
-        self.procs = [ctx.Process(target=_worker, args=(rank, spec, vars(learner.search),
-                                                        seed, self.queues[rank], self.results),
-                                  daemon=True) for rank in range(n)]
-        for p in self.procs:
-            p.start()
-
-    def play(self, games: int, concurrent: int, budget: int, gen: int,
-             stats: SearchStats) -> list[GameRecord]:
-        weights = plain_state_dict(self.learner.best)
-        for q, (gen, share, conc, budget_) in zip(self.queues,
-                                                  self.tasks(games, concurrent, budget, gen)):
-            q.put((gen, weights, share, conc, budget_))
-        records: list[GameRecord] = []
-        done = 0
-        while done < self.n:
-            try:
-                item = self.results.get(timeout=5)
-            except queue.Empty:
-                if dead := [rank for rank, p in enumerate(self.procs) if not p.is_alive()]:
-                    raise RuntimeError(f"self-play workers {dead} died") from None
-                continue
-            if item[0] == "error":
-                raise RuntimeError(f"self-play worker failed:\n{item[1]}")
-            done += _take(item, records, stats)
-        return records
-
-    def close(self) -> None:
-        stop_workers(self.queues, self.procs)
-
-
-class _RayWorkerPool(_Pool):
-    """The workers as Ray actors (`actors=ray`: Ray started here, or the cluster at
-    `actors.address`), one CPU each; the weights go out once a generation through Ray's object
-    store and each game comes back through it as it ends (a streaming generator)."""
-
-    def __init__(self, n: int, game: GoGame, learner: AlphaZero, seed: int,
-                 address: str | None) -> None:
-        import ray
-
-        self.n, self.learner = n, learner
-        self.started_ray = init_ray(address, n)
-        remote = ray.remote(num_cpus=1)(SelfPlayWorker)
-        spec = _worker_spec(game, learner)
-        self.handles = [remote.remote(rank, spec, vars(learner.search), seed)
-                        for rank in range(n)]
-        self.nodes = ray.get([handle.node.remote() for handle in self.handles])
-
-    def placement(self) -> dict[int, str]:
-        return dict(enumerate(self.nodes))
-
-    def play(self, games: int, concurrent: int, budget: int, gen: int,
-             stats: SearchStats) -> list[GameRecord]:
-        import ray
-
-        weights = ray.put(plain_state_dict(self.learner.best))
-        streams = [handle.play.options(num_returns="streaming").remote(
-                       gen_, weights, share, conc, budget_)
-                   for handle, (gen_, share, conc, budget_)
-                   in zip(self.handles, self.tasks(games, concurrent, budget, gen))]
-        records: list[GameRecord] = []
-        while streams:
-            ready, _ = ray.wait(streams, num_returns=1)
-            for stream in ready:
-                try:
-                    ref = next(stream)
-                except StopIteration:
-                    streams.remove(stream)
-                    continue
-                _take(ray.get(ref), records, stats)
-        return records
-
-    def close(self) -> None:
-        import ray
-
-        for handle in self.handles:
-            ray.kill(handle)
-        self.handles = []
-        if self.started_ray:
-            ray.shutdown()
-            self.started_ray = False
-
-
-def plain_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The module's state as a plain network loads it: a parametrized weight (precision=qat's
-    fake quantization) as the forward pass sees it."""
-    out = {}
-    for key, value in module.state_dict().items():
-        if ".parametrizations." in key:
-            prefix, rest = key.split(".parametrizations.")
-            name = rest.split(".")[0]
-            out[f"{prefix}.{name}"] = getattr(module.get_submodule(prefix), name).detach().cpu()
-        else:
-            out[key] = value.cpu()
-    return out
-
-
-def _worker(rank: int, spec: dict, search: dict, seed: int, tasks: Any, results: Any) -> None:
-    """A process worker: a SelfPlayWorker serving its task queue."""
-    import traceback
-
-    try:
-        worker = SelfPlayWorker(rank, spec, search, seed)
-        while (task := tasks.get()) is not None:
-            for item in worker.play(*task):
-                results.put(item)
-    except Exception:  # the loop reports it
-        results.put(("error", traceback.format_exc()))

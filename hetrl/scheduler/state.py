@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
-from time import perf_counter
 from typing import Any
 
 import numpy as np
+
+from hetrl.timing import PhaseTimer  # noqa: F401  (imported from here by the update step)
 
 
 class Report(Enum):
@@ -38,6 +39,7 @@ class LoopState:
     eval_history: list[tuple[int, float]] = field(default_factory=list)  # (step, eval return)
     # the best evaluation so far: (step, eval return, the learner's state_dict then)
     eval_best: tuple[int, float, dict[str, Any]] | None = None
+    progress: Any = None  # a loop's own progress, a dataclass of its own (self-play's)
 
     def record_episodes(self, returns: np.ndarray) -> None:
         self.returns.extend(float(r) for r in returns)
@@ -45,22 +47,3 @@ class LoopState:
 
     def return_mean_100(self) -> float | None:
         return float(np.mean(self.returns)) if self.returns else None
-
-
-class PhaseTimer:
-    """`with timer("act"): ...` adds the block's wall time to `totals["act"]`."""
-
-    def __init__(self, totals: dict[str, float]) -> None:
-        self.totals = totals
-        self._name = ""
-        self._start = 0.0
-
-    def __call__(self, name: str) -> PhaseTimer:
-        self._name = name
-        return self
-
-    def __enter__(self) -> None:
-        self._start = perf_counter()
-
-    def __exit__(self, *exc: object) -> None:
-        self.totals[self._name] = self.totals.get(self._name, 0.0) + perf_counter() - self._start

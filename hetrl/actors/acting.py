@@ -1,6 +1,10 @@
-"""One vector-env step of every replay-based loop, wherever it runs (the sync loop, an
-actor worker): act (uniformly at random before `learning_starts`), step the envs, end the
-finished episodes, and hand back the transitions as a replay stores them."""
+"""Acting in vector envs, wherever it runs (a loop, an actor worker).
+
+`env_step` is one vector-env step of every replay-based loop: act (uniformly at random
+before `learning_starts`), step the envs, end the finished episodes, and hand back the
+transitions as a replay stores them. The step is read under gymnasium's same-step autoreset
+(hetrl.envs.gym): an env whose episode ended returns the next episode's first observation
+already, and the true last one in `info["final_obs"]`."""
 
 from __future__ import annotations
 
@@ -10,8 +14,26 @@ import gymnasium as gym
 import numpy as np
 
 from hetrl.algos.base import OffPolicyLearner
-from hetrl.scheduler.autoreset import episode_returns, stored_next_obs
-from hetrl.scheduler.state import PhaseTimer
+from hetrl.timing import PhaseTimer
+
+
+def final_obs(info: dict, ended: np.ndarray) -> np.ndarray:
+    """The true last observations of the envs where `ended` is set."""
+    return np.stack(info["final_obs"][ended])
+
+
+def stored_next_obs(next_obs: np.ndarray, done: np.ndarray, info: dict) -> np.ndarray:
+    """The next observations a replay stores: the true last one where an episode ended."""
+    if not done.any():
+        return next_obs
+    stored = next_obs.copy()
+    stored[done] = final_obs(info, done)
+    return stored
+
+
+def episode_returns(info: dict) -> np.ndarray:
+    """The returns of the episodes that ended at this step."""
+    return info["episode"]["r"][info["_episode"]]
 
 
 @dataclass

@@ -1,0 +1,223 @@
+"""MiniGo's self-play workers (spec C.1.1, C.1.4) and the pools that run them for
+`scheduler=selfplay`: OS processes fed through task queues, or Ray actors (`actors=ray`).
+Each generation a worker loads the latest `best` weights, plays its share of the games and
+hands each game back as it ends."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import socket
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from hetrl.actors.base import Actors
+from hetrl.actors.ray import RayActors, init_ray, ray_node
+from hetrl.actors.workers import stop_workers
+from hetrl.algos.alphazero import AlphaZero, GameRecord, PolicyValueNet, evaluator, iter_games
+from hetrl.algos.mcts import SearchConfig, SearchStats
+from hetrl.envs.go import GoGame
+from hetrl.runtime import configure_torch
+
+
+def worker_spec(game: GoGame, learner: AlphaZero) -> dict:
+    """What a worker builds its game and network from."""
+    return {"board_size": game.n, "komi": game.komi, "history": game.history,
+            "liberties": game.liberties, "max_moves": game.max_moves,
+            "width": learner.width, "blocks": learner.blocks}
+
+
+class SelfPlayWorker:
+    """What a self-play worker does, wherever it runs (an OS process of `WorkerPool` or a
+    Ray actor of `RayWorkerPool`): each generation it loads the latest `best` weights, plays
+    its share of the games and yields each game as it ends, then its search counts."""
+
+    def __init__(self, rank: int, spec: dict, search: dict, seed: int) -> None:
+        configure_torch(1)
+        self.rank, self.seed = rank, seed
+        self.game = GoGame(spec["board_size"], spec["komi"], spec["history"],
+                           spec["liberties"], spec["max_moves"])
+        self.net = PolicyValueNet(self.game.planes, self.game.n, spec["width"], spec["blocks"])
+        self.cfg = SearchConfig(**search)
+
+    def play(self, gen: int, weights: dict[str, torch.Tensor], n_games: int, concurrent: int,
+             budget: int) -> Iterator[tuple[str, Any]]:
+        """("game", record) for each game as it ends, then ("done", (leaves, batches))."""
+        self.net.load_state_dict(weights)
+        rng = np.random.default_rng([self.seed, gen, self.rank])
+        stats = SearchStats()
+        for record in iter_games(n_games, concurrent, self.game, evaluator(self.net, self.game),
+                                 self.cfg, rng, stats, max_positions=budget):
+            yield "game", record
+        yield "done", (stats.leaves, stats.batches)
+
+    def node(self) -> str:
+        """The Ray node this worker runs on (asked of Ray actors only)."""
+        return ray_node()
+
+
+def selfplay_pool(actors: Actors | None, n: int, game: GoGame, learner: AlphaZero,
+                  seed: int) -> SelfPlayPool | None:
+    """The pool `n` self-play workers run in: Ray actors with a Ray actors option, else OS
+    processes; none with no workers (the loop plays in its own process)."""
+    if isinstance(actors, RayActors):
+        return RayWorkerPool(n, game, learner, seed, actors.address)
+    return WorkerPool(n, game, learner, seed) if n > 0 else None
+
+
+class SelfPlayPool:
+    """Self-play workers that live as long as the loop: each generation they take the latest
+    `best` weights and their share of the games, and send each game back as it ends.
+    Subclasses run them somewhere (OS processes, Ray actors)."""
+
+    n: int
+    learner: AlphaZero
+
+    def tasks(self, games: int, concurrent: int, budget: int,
+              gen: int) -> list[tuple[int, int, int, int]]:
+        """Each worker's (generation, games, concurrent games, move budget)."""
+        n = self.n
+        return [(gen, games // n + (rank < games % n), max(1, concurrent // n), -(-budget // n))
+                for rank in range(n)]
+
+    def placement(self) -> dict[int, str]:
+        """Where each worker runs: rank -> node."""
+        return dict.fromkeys(range(self.n), socket.gethostname())
+
+    def play(self, games: int, concurrent: int, budget: int, gen: int,
+             stats: SearchStats) -> list[GameRecord]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+def _take(item: tuple[str, Any], records: list[GameRecord], stats: SearchStats) -> bool:
+    """File a worker's message; whether it was its last of the generation."""
+    kind, payload = item
+    if kind == "game":
+        records.append(payload)
+        return False
+    stats.leaves += payload[0]
+    stats.batches += payload[1]
+    return True
+
+
+class WorkerPool(SelfPlayPool):
+    """The workers as OS processes, fed through task queues, games back through one queue."""
+
+    def __init__(self, n: int, game: GoGame, learner: AlphaZero, seed: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.n, self.learner = n, learner
+        self.results: Any = ctx.Queue()
+        self.queues = [ctx.Queue() for _ in range(n)]
+        spec = worker_spec(game, learner)
+        self.procs = [ctx.Process(target=_worker, args=(rank, spec, vars(learner.search),
+                                                        seed, self.queues[rank], self.results),
+                                  daemon=True) for rank in range(n)]
+        for p in self.procs:
+            p.start()
+
+    def play(self, games: int, concurrent: int, budget: int, gen: int,
+             stats: SearchStats) -> list[GameRecord]:
+        weights = plain_state_dict(self.learner.best)
+        for q, (gen, share, conc, budget_) in zip(self.queues,
+                                                  self.tasks(games, concurrent, budget, gen)):
+            q.put((gen, weights, share, conc, budget_))
+        records: list[GameRecord] = []
+        done = 0
+        while done < self.n:
+            try:
+                item = self.results.get(timeout=5)
+            except queue.Empty:
+                if dead := [rank for rank, p in enumerate(self.procs) if not p.is_alive()]:
+                    raise RuntimeError(f"self-play workers {dead} died") from None
+                continue
+            if item[0] == "error":
+                raise RuntimeError(f"self-play worker failed:\n{item[1]}")
+            done += _take(item, records, stats)
+        return records
+
+    def close(self) -> None:
+        stop_workers(self.queues, self.procs)
+
+
+class RayWorkerPool(SelfPlayPool):
+    """The workers as Ray actors (`actors=ray`: Ray started here, or the cluster at
+    `actors.address`), one CPU each; the weights go out once a generation through Ray's object
+    store and each game comes back through it as it ends (a streaming generator)."""
+
+    def __init__(self, n: int, game: GoGame, learner: AlphaZero, seed: int,
+                 address: str | None) -> None:
+        import ray
+
+        self.n, self.learner = n, learner
+        self.started_ray = init_ray(address, n)
+        remote = ray.remote(num_cpus=1)(SelfPlayWorker)
+        spec = worker_spec(game, learner)
+        self.handles = [remote.remote(rank, spec, vars(learner.search), seed)
+                        for rank in range(n)]
+        self.nodes = ray.get([handle.node.remote() for handle in self.handles])
+
+    def placement(self) -> dict[int, str]:
+        return dict(enumerate(self.nodes))
+
+    def play(self, games: int, concurrent: int, budget: int, gen: int,
+             stats: SearchStats) -> list[GameRecord]:
+        import ray
+
+        weights = ray.put(plain_state_dict(self.learner.best))
+        streams = [handle.play.options(num_returns="streaming").remote(
+                       gen_, weights, share, conc, budget_)
+                   for handle, (gen_, share, conc, budget_)
+                   in zip(self.handles, self.tasks(games, concurrent, budget, gen))]
+        records: list[GameRecord] = []
+        while streams:
+            ready, _ = ray.wait(streams, num_returns=1)
+            for stream in ready:
+                try:
+                    ref = next(stream)
+                except StopIteration:
+                    streams.remove(stream)
+                    continue
+                _take(ray.get(ref), records, stats)
+        return records
+
+    def close(self) -> None:
+        import ray
+
+        for handle in self.handles:
+            ray.kill(handle)
+        self.handles = []
+        if self.started_ray:
+            ray.shutdown()
+            self.started_ray = False
+
+
+def plain_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The module's state as a plain network loads it: a parametrized weight (precision=qat's
+    fake quantization) as the forward pass sees it."""
+    out = {}
+    for key, value in module.state_dict().items():
+        if ".parametrizations." in key:
+            prefix, rest = key.split(".parametrizations.")
+            name = rest.split(".")[0]
+            out[f"{prefix}.{name}"] = getattr(module.get_submodule(prefix), name).detach().cpu()
+        else:
+            out[key] = value.cpu()
+    return out
+
+
+def _worker(rank: int, spec: dict, search: dict, seed: int, tasks: Any, results: Any) -> None:
+    """A process worker: a SelfPlayWorker serving its task queue."""
+    import traceback
+
+    try:
+        worker = SelfPlayWorker(rank, spec, search, seed)
+        while (task := tasks.get()) is not None:
+            for item in worker.play(*task):
+                results.put(item)
+    except Exception:  # the loop reports it
+        results.put(("error", traceback.format_exc()))

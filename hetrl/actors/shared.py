@@ -1,0 +1,137 @@
+"""How process actors and the host share memory (PEARL §B.2.5, §B.2.3): a version-tagged
+double buffer of weights that actors read without a message, and each actor's data collection
+queue, a ring of shared memory its chunks' arrays travel through."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+
+class DoubleBuffer:
+    """Two flat weight buffers (shared memory across processes) with version tags.
+
+    The learner publishes version v into buffer v % 2, so while the actors read the newest
+    (v − 1, in buffer 1 − v % 2) the other one takes the write; a buffer's tag is −1 while it
+    is being written. A reader takes the newest buffer, copies it, and keeps the copy only if the
+    tag was the same, and not −1, before and after the copy (a seqlock): it never loads a torn
+    mix of two versions."""
+
+    def __init__(self, n: int) -> None:
+        self.buffers = torch.zeros(2, n).share_memory_()
+        self.tags = torch.full((2,), -1, dtype=torch.int64).share_memory_()
+        self.latest = torch.full((1,), -1, dtype=torch.int64).share_memory_()
+
+    def write(self, version: int, flat: torch.Tensor, during=None) -> None:
+        """Publish `flat` as `version` (`during(slot)`: a test's hook mid-write)."""
+        slot = version % 2
+        self.tags[slot] = -1
+        half = len(flat) // 2
+        self.buffers[slot, :half] = flat[:half]
+        if during is not None:
+            during(slot)
+        self.buffers[slot, half:] = flat[half:]
+        self.tags[slot] = version
+        self.latest[0] = slot
+
+    def read(self, tries: int = 1000) -> tuple[int, torch.Tensor] | None:
+        """(version, weights) of a complete version, or None if none is published yet."""
+        for _ in range(tries):
+            slot = int(self.latest[0])
+            if slot < 0:
+                return None
+            before = int(self.tags[slot])
+            if before < 0:
+                continue
+            copy = self.buffers[slot].clone()
+            if int(self.tags[slot]) == before:
+                return before, copy
+        return None
+
+
+def flatten(module: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1).float().cpu() for p in module.state_dict().values()])
+
+
+def unflatten_into(module: torch.nn.Module, flat: torch.Tensor) -> None:
+    state, offset = module.state_dict(), 0
+    for key, value in state.items():
+        n = value.numel()
+        state[key] = flat[offset:offset + n].view_as(value).to(value.dtype)
+        offset += n
+    module.load_state_dict(state)
+
+
+COLUMNS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
+
+
+class ChunkRing:
+    """One actor's data collection queue in shared memory (multiprocessing.shared_memory):
+    a slot of `steps` vector-env steps for each of a chunk's six columns. The actor writes its
+    chunk's arrays into the slot and sends only the chunk's small remainder (its returns and
+    timings; the arrays set to None); the host copies the rows out on receipt. One slot is
+    enough: an actor writes again only after the host, having read the slot, sends it off.
+    The host creates and unlinks the segment; actors attach by name."""
+
+    def __init__(self, steps: int, n_envs: int, obs_space, act_space,
+                 name: str | None = None) -> None:
+        from multiprocessing import shared_memory
+
+        self.steps, self.n_envs = steps, n_envs
+        self.obs_space, self.act_space = obs_space, act_space
+        self.layout = [
+            (obs_space.shape, np.dtype(obs_space.dtype)),
+            (act_space.shape, np.dtype(act_space.dtype)),
+            ((), np.dtype(np.float64)),
+            (obs_space.shape, np.dtype(obs_space.dtype)),
+            ((), np.dtype(bool)),
+            ((), np.dtype(bool)),
+        ]
+        sizes = [steps * n_envs * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                 for shape, dtype in self.layout]
+        self.offsets = np.concatenate([[0], np.cumsum([-(-s // 64) * 64 for s in sizes])])
+        self.owner = name is None
+        self.shm = (shared_memory.SharedMemory(create=True, size=max(int(self.offsets[-1]), 1))
+                    if self.owner else _attach(name))
+        self.name = self.shm.name
+
+    def __getstate__(self):
+        return (self.steps, self.n_envs, self.obs_space, self.act_space, self.name)
+
+    def __setstate__(self, state) -> None:
+        steps, n_envs, obs_space, act_space, name = state
+        self.__init__(steps, n_envs, obs_space, act_space, name=name)
+
+    def _views(self, steps: int) -> list[np.ndarray]:
+        return [np.ndarray((steps, self.n_envs, *shape), dtype, self.shm.buf, int(offset))
+                for (shape, dtype), offset in zip(self.layout, self.offsets)]
+
+    def put(self, chunk):
+        """Write the chunk's columns into the slot; the chunk without them (sent instead)."""
+        steps = len(chunk.obs)
+        for view, column in zip(self._views(steps), COLUMNS):
+            view[...] = getattr(chunk, column)
+        return dataclasses.replace(chunk, **dict.fromkeys(COLUMNS), stats={
+            **chunk.stats, "ring_steps": float(steps)})
+
+    def get(self, slim):
+        """The whole chunk back: the slot's rows copied out of shared memory."""
+        stats = dict(slim.stats)
+        steps = int(stats.pop("ring_steps"))
+        arrays = {c: v.copy() for c, v in zip(COLUMNS, self._views(steps))}
+        return dataclasses.replace(slim, stats=stats, **arrays)
+
+    def close(self) -> None:
+        self.shm.close()
+        if self.owner:
+            self.shm.unlink()
+
+
+def _attach(name: str):
+    """Attach to the host's segment. An actor shares the host's resource tracker (fork or
+    spawn), whose one entry for the name the host's unlink clears."""
+    from multiprocessing import shared_memory
+
+    return shared_memory.SharedMemory(name=name)
