@@ -204,6 +204,35 @@ def test_pearl_pays_every_update_the_sync_loop_makes(tmp_path):
     assert pearl["updates"] == sync["updates"] > 0
 
 
+def test_algorithm_1_moves_an_actor_to_the_learner_inside_a_running_loop(tmp_path, monkeypatch):
+    """Timings forced learner-bound (far above the actors' per experience): the loop's first
+    decision halves the 2 actors into a CPU trainer, which is no longer sent off, and the
+    decisions that follow grow b; every decision is the loop's, not a test's call."""
+    from hetrl.scheduler import pearl
+
+    decisions = []
+    step = ResourceManager.step
+
+    def spy(self, timings, experiences):
+        decisions.append(step(self, timings, experiences))
+        return decisions[-1]
+
+    threads = []  # what the job sets, recorded; one thread applied, the platform's (two on a
+    # loaded CI host make each small update many times slower)
+    monkeypatch.setattr(pearl, "Timings", lambda actor_s, learner_s, sync_s: Timings(1e-9, 1.0))
+    monkeypatch.setattr(ResourceManager, "step", spy)
+    set_threads = torch.set_num_threads
+    monkeypatch.setattr(pearl.torch, "set_num_threads",
+                        lambda n: (threads.append(n), set_threads(1)))
+    result = _short_run(tmp_path, "pearl", "steps=500", "algo.learning_starts=100",
+                        "scheduler.resource_every=10")
+    assert decisions and decisions[0].action == "shrink_actors"
+    assert (decisions[0].actors, decisions[0].cpu_trainers) == (1, 1)
+    assert 2 in threads  # the freed core trains
+    assert {d.action for d in decisions[1:]} <= {"grow_b", "none"}
+    assert result["pearl/actors"] == 1.0 and result["updates"] > 0
+
+
 def test_process_actors_load_weights_from_the_shared_double_buffer():
     from hetrl.actors.worker import ActorWorker, cpu_copy
     from hetrl.quant.spec import QuantSpec

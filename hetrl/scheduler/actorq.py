@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
+from hetrl.actors.dispatch import Dispatcher
 from hetrl.actors.pool import ActorPool
-from hetrl.actors.weights import publish
 from hetrl.actors.worker import Chunk
 from hetrl.algos.base import OffPolicyLearner
 from hetrl.replay.uniform import UniformReplay
@@ -59,24 +59,9 @@ class ActorQScheduler:
         n_envs = t.envs.num_envs
         learner_metrics: dict = {}
         boundary = StepBoundary(t, state)
-        requested = state.step  # env steps asked of the actors so far
-        version, payload = -1, b""
-        pulled: dict[int, int] = {}  # rank -> the version it holds
-
-        def next_chunk(rank: int) -> None:
-            nonlocal requested, version, payload
-            steps = min(pool.pull_every, -(-(t.steps - requested) // n_envs))
-            if steps <= 0:
-                return
-            if version != learner.updates:
-                with timer("publish"):
-                    payload = publish(learner.policy(), pool.spec, pool.quantize_on)
-                version = learner.updates
-            pool.submit(rank, payload if pulled.get(rank) != version else None, steps,
-                        requested)
-            pulled[rank] = version
-            requested += steps * n_envs
-
+        # a pull every `pull_every` steps, with the newest weights (published at each change)
+        dispatch = Dispatcher(pool, learner, pool.pull_every, n_envs, t.steps, state.step,
+                              state.phase_s)
         backlog: deque[Chunk] = deque()  # chunks handed back, not learned from yet
         deferred: set[int] = set()  # actors whose next pull waits for the learner
 
@@ -89,14 +74,14 @@ class ActorQScheduler:
                 if self._behind(learner, state, [*backlog, chunk]):
                     deferred.add(chunk.rank)
                 else:
-                    next_chunk(chunk.rank)
+                    dispatch.send(chunk.rank)
                 backlog.append(chunk)
 
         try:
             pool.start(learner, t.make_envs, t.seed)
             report_placement(t, state.step, pool.placement())
             for rank in range(pool.n):
-                next_chunk(rank)
+                dispatch.send(rank)
             while not t.done(state):
                 if not backlog:
                     with timer("wait"):
@@ -107,7 +92,7 @@ class ActorQScheduler:
                 chunk = backlog.popleft()
                 if chunk.rank in deferred:
                     deferred.discard(chunk.rank)
-                    next_chunk(chunk.rank)
+                    dispatch.send(chunk.rank)
                 learner_metrics = self._learn(chunk, t, state, timer, updates,
                                               lambda: serve(block=False)) or learner_metrics
                 boundary(int(chunk.stats["steps"]), state.obs, learner_metrics)
@@ -142,9 +127,7 @@ class ActorQScheduler:
         if self.rate_limiter == "samples_per_insert":
             owed = self._spi_owed(t.learner_as(OffPolicyLearner), state, state.step)
         state.record_episodes(chunk.returns)
-        totals = state.actors.setdefault(chunk.rank, {})
-        for name, value in chunk.stats.items():
-            totals[name] = totals.get(name, 0.0) + value
+        state.record_actor(chunk.rank, chunk.stats)
         metrics: dict = {}
         for _ in range(owed):
             metrics = updates.step()

@@ -18,20 +18,27 @@ Algorithm 1 (`dynamic_resources`) runs every `resource_every` iterations on the 
 profiled times: when the learner dominates, half the actors stop being resubmitted and their
 cores go to the learner (torch threads); when host sync dominates, one goes back to acting.
 Every decision is reported with the EPS before and after it.
+
+`PearlHost` is one run of the protocol, each step a method of it: `collect`, `warm_up`
+(nothing to learn from yet), `learn` (sample, with `sample_and_insert` and
+`check_collisions` inside the update step), `manage_resources` (Algorithm 1).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from time import perf_counter
+from typing import Callable
 
 import numpy as np
 import torch
 
+from hetrl.actors.dispatch import Dispatcher
 from hetrl.actors.pool import ActorPool
+from hetrl.actors.process import ProcessActors
 from hetrl.actors.shared import ChunkRing, DoubleBuffer, flatten
-from hetrl.actors.weights import publish
 from hetrl.actors.worker import Chunk
 from hetrl.algos.base import Batch, OffPolicyLearner
 from hetrl.replay.uniform import UniformReplay
@@ -55,216 +62,257 @@ class PearlScheduler:
         self.dynamic_resources, self.resource_every = dynamic_resources, resource_every
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
-        pool = t.actors_as(ActorPool)
-        learner = t.learner_as(OffPolicyLearner)
-        replay = t.replay_as(UniformReplay)  # single-agent rings
-        n_envs = t.envs.num_envs
-        phase = state.phase_s
-        check = CollisionCheck(replay.capacity)
-        manager = ResourceManager(pool.n, learner.batch_size)
-        active = set(range(pool.n))
-        events: list[dict[str, float]] = []
-        window = {"start": perf_counter(), "updates": state.updates, "actor_s": 0.0,
-                  "experiences": 0, "learner_s": phase.get("update", 0.0),
-                  "sync_s": phase.get("publish", 0.0)}
-        requested = state.step
-        version, payload, pulled = -1, b"", {}
-        buffer: list[Chunk] = []
-        iterations = 0
+        host = PearlHost(self, t, state)
+        try:
+            host.start()
+            while not t.done(state) or host.flushing():
+                host.collect()
+                if host.warming_up():
+                    host.warm_up()
+                    continue
+                host.learn()
+                if self.dynamic_resources and host.iterations % self.resource_every == 0:
+                    host.manage_resources()
+                host.end_iteration()
+        finally:
+            host.close()
+        return host.results()
+
+
+@dataclass
+class Window:
+    """What Algorithm 1 decides on: the iterations since its last decision, and what the
+    actors, the learner and the weight sync spent meanwhile."""
+
+    start: float  # when it began (perf_counter)
+    updates: int  # the loop's updates then
+    learner_s: float  # phase_s["update"] then
+    sync_s: float  # phase_s["publish"] then
+    actor_s: float = 0.0  # the actors' busy seconds since, summed over actors
+    experiences: int = 0  # env steps handed back since
+
+    @classmethod
+    def opened(cls, state: LoopState, start: float | None = None) -> Window:
+        """A window opening now (or at `start`) on the loop's counters."""
+        return cls(perf_counter() if start is None else start, state.updates,
+                   state.phase_s.get("update", 0.0), state.phase_s.get("publish", 0.0))
+
+
+class PearlHost:
+    """One run of PEARL's host runtime: the parts it coordinates (actor pool, dispatcher,
+    replay, update step, collision check, resource manager) and its progress (the data
+    collection buffer, the updates owed, the idle actors, the resource window)."""
+
+    def __init__(self, cfg: PearlScheduler, t: Training, state: LoopState) -> None:
+        self.cfg, self.t, self.state = cfg, t, state
+        self.pool = pool = t.actors_as(ActorPool)
+        self.learner = learner = t.learner_as(OffPolicyLearner)
+        self.replay = t.replay_as(UniformReplay)  # single-agent rings
+        self.n_envs = n_envs = t.envs.num_envs
+        self.phase = state.phase_s
+        self.check = CollisionCheck(self.replay.capacity)
+        self.manager = ResourceManager(pool.n, learner.batch_size)
+        self.active = set(range(pool.n))
+        self.events: list[dict[str, float]] = []
+        self.window = Window.opened(state)
         # Weights: process actors read a shared, version-tagged double buffer (a pull is a tag
         # read, no message); Ray actors get the serialized state dict as ActorQ's.
-        from hetrl.actors.process import ProcessActors
-
-        shared = (DoubleBuffer(flatten(learner.policy()).numel())
-                  if isinstance(pool, ProcessActors) else None)
-        published, handed = 0, set()
+        self.shared = (DoubleBuffer(flatten(learner.policy()).numel())
+                       if isinstance(pool, ProcessActors) else None)
+        self.dispatch = Dispatcher(pool, learner, cfg.collect_steps, n_envs, t.steps,
+                                   state.step, self.phase, cfg.weight_sync_every, self.shared)
         # The learner owes the sync loop's updates (train_freq, gradient_steps); an actor is
         # not sent off again while more than `lag` of them are owed, and the owed ones are paid
         # after the last chunk, so the update-to-data ratio is the sync scheduler's.
-        per_round = -(-pool.n * self.collect_steps * n_envs // learner.train_freq)
-        lag = 2 * max(learner.gradient_steps, per_round * learner.gradient_steps)
-        idle: list[int] = []
+        per_round = -(-pool.n * cfg.collect_steps * n_envs // learner.train_freq)
+        self.lag = 2 * max(learner.gradient_steps, per_round * learner.gradient_steps)
+        self.idle: list[int] = []  # actors not sent off again while too many updates are owed
+        self.buffer: list[Chunk] = []  # the data collection buffer
+        self.inserting: list[Future] = []  # this iteration's insertion of the buffer
+        self.iterations, self.owed, self.pending_steps = 0, 0, 0
+        self.learner_metrics: dict = {}
+        self.boundary = StepBoundary(dataclasses.replace(t, report=self._report), state)
+        self.updates = Updates(learner, self.replay, t.precision, state)
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="pearl-insert")
+        self.threads = torch.get_num_threads()  # Algorithm 1 moves cores to the learner
 
-        def primitives() -> dict[str, float]:
-            n = max(iterations, 1)
-            times = {"t_actor_s": phase.get("actor", 0.0), "t_rm_sample_s": phase.get("sample", 0.0),
-                     "t_rm_insert_s": phase.get("pearl_insert", 0.0),
-                     "t_rm_update_s": phase.get("priority_update", 0.0),
-                     "t_learner_s": phase.get("update", 0.0), "t_sync_s": phase.get("publish", 0.0)}
-            metrics = {f"pearl/{k}": v / n for k, v in times.items()}
-            metrics.update({"pearl/collisions": float(check.collisions),
-                            "pearl/iterations": float(iterations),
-                            "pearl/actors": float(len(active)),
-                            "pearl/learner_threads": float(torch.get_num_threads())})
-            return metrics
+    def start(self) -> None:
+        """Start the actors (with shared-memory collection queues, for processes) and send
+        each off on its first chunk."""
+        t, pool = self.t, self.pool
+        if self.shared is not None:  # data collection queues in shared memory, one per actor
+            pool.rings = {rank: ChunkRing(self.cfg.collect_steps, self.n_envs,
+                                          t.envs.single_observation_space,
+                                          t.envs.single_action_space)
+                          for rank in range(pool.n)}
+        pool.start(self.learner, t.make_envs, t.seed)
+        report_placement(t, self.state.step, pool.placement())
+        for rank in range(pool.n):
+            self.submit(rank)
 
-        def report(step: int, metrics: dict[str, float], kind: Report) -> None:
-            if kind is Report.loop:
-                metrics = {**metrics, **primitives(), "env_steps_per_s": metrics["sps"]}
-            t.report(step, metrics, kind)
+    def submit(self, rank: int) -> None:
+        """Send an active actor off on its next chunk, with the newest weights it lacks."""
+        if rank in self.active:
+            self.dispatch.send(rank)
 
-        boundary = StepBoundary(dataclasses.replace(t, report=report), state)
-        updates = Updates(learner, replay, t.precision, state)
-
-        def submit(rank: int) -> None:
-            nonlocal requested, version, payload
-            steps = min(self.collect_steps, -(-(t.steps - requested) // n_envs))
-            if steps <= 0 or rank not in active:
-                return
-            nonlocal published
-            if version < 0 or (learner.updates // self.weight_sync_every
-                               > version // self.weight_sync_every):
-                start = perf_counter()
-                if shared is not None:
-                    shared.write(published, flatten(learner.policy()))
-                    published += 1
-                else:
-                    payload = publish(learner.policy(), pool.spec, pool.quantize_on)
-                version = learner.updates
-                phase["publish"] = phase.get("publish", 0.0) + perf_counter() - start
-            if shared is not None:
-                pool.submit(rank, shared if rank not in handed else None, steps, requested)
-                handed.add(rank)
+    def collect(self) -> None:
+        """1. Finished chunks go to the data collection buffer; their actors are sent off
+        again unless more than `lag` updates are owed (then they wait, idle)."""
+        state, phase, window = self.state, self.phase, self.window
+        ready = len(self.replay) >= self.learner.batch_size and self.owed > 0
+        for chunk in self.pool.results(block=not ready and not self.buffer):
+            self.buffer.append(chunk)
+            state.record_episodes(chunk.returns)
+            state.record_actor(chunk.rank, chunk.stats)
+            busy = chunk.stats.get("step_s", 0.0) + chunk.stats.get("env_s", 0.0)
+            phase["actor"] = phase.get("actor", 0.0) + busy / max(len(self.active), 1)
+            window.actor_s += busy
+            n = int(chunk.stats["steps"])
+            window.experiences += n
+            self.owed += self.updates.owed(n)
+            self.pending_steps += n
+            if self.owed > self.lag:
+                self.idle.append(chunk.rank)
             else:
-                pool.submit(rank, payload if pulled.get(rank) != version else None, steps,
-                            requested)
-            pulled[rank] = version
-            requested += steps * n_envs
+                self.submit(chunk.rank)
 
-        def insert(chunks: list[Chunk]) -> None:
-            """The batched insertion of the collection buffer, recording the slots it wrote."""
-            start = perf_counter()
-            for chunk in chunks:
-                check.written(replay.add_steps(chunk.obs, chunk.actions, chunk.rewards,
-                                               chunk.next_obs, chunk.terminated,
-                                               chunk.truncated, stream=chunk.rank))
-            phase["pearl_insert"] = phase.get("pearl_insert", 0.0) + perf_counter() - start
+    def warming_up(self) -> bool:
+        """Nothing to learn from yet: too few experiences, or no update owed."""
+        return len(self.replay) < self.learner.batch_size or self.owed == 0
 
-        def flushing() -> bool:
-            """Past the last env step, the buffered chunks and owed updates still run
-            (not once stop_return is reached: the job ends there)."""
-            return state.reached is None and bool(
-                buffer or (owed > 0 and len(replay) >= learner.batch_size))
+    def warm_up(self) -> None:
+        """The buffer straight into the replay; the idle actors sent off again."""
+        self.insert(self.buffer)
+        while self.idle:
+            self.submit(self.idle.pop(0))
+        self.buffer = []
+        self.boundary(self.pending_steps, self.state.obs, self.learner_metrics)
+        self.pending_steps = 0
 
-        executor = ThreadPoolExecutor(1, thread_name_prefix="pearl-insert")
-        threads = torch.get_num_threads()  # Algorithm 1 moves cores to the learner: given back
-        owed, pending_steps, learner_metrics = 0, 0, {}
-        try:
-            if shared is not None:  # data collection queues in shared memory, one per actor
-                pool.rings = {rank: ChunkRing(self.collect_steps, n_envs,
-                                              t.envs.single_observation_space,
-                                              t.envs.single_action_space)
-                              for rank in range(pool.n)}
-            pool.start(learner, t.make_envs, t.seed)
-            report_placement(t, state.step, pool.placement())
-            for rank in range(pool.n):
-                submit(rank)
-            while not t.done(state) or flushing():
-                # 1. collect into the data collection buffer; resubmit the finished actors
-                ready = len(replay) >= learner.batch_size and owed > 0
-                for chunk in pool.results(block=not ready and not buffer):
-                    buffer.append(chunk)
-                    state.record_episodes(chunk.returns)
-                    totals = state.actors.setdefault(chunk.rank, {})
-                    for name, value in chunk.stats.items():
-                        totals[name] = totals.get(name, 0.0) + value
-                    busy = chunk.stats.get("step_s", 0.0) + chunk.stats.get("env_s", 0.0)
-                    phase["actor"] = phase.get("actor", 0.0) + busy / max(len(active), 1)
-                    window["actor_s"] += busy
-                    window["experiences"] += int(chunk.stats["steps"])
-                    n = int(chunk.stats["steps"])
-                    owed += updates.owed(n)
-                    pending_steps += n
-                    if owed > lag:
-                        idle.append(chunk.rank)
-                    else:
-                        submit(chunk.rank)
-                if len(replay) < learner.batch_size or owed == 0:
-                    insert(buffer)  # warm-up: nothing to learn from yet
-                    while idle:
-                        submit(idle.pop(0))
-                    buffer = []
-                    boundary(pending_steps, state.obs, learner_metrics)
-                    pending_steps = 0
-                    continue
-                # 2-5. sample; insert concurrently with learning; collision check; learn
-                future: list[Future] = []
+    def learn(self) -> None:
+        """2-5. One learner iteration: sample, insert the buffer concurrently with learning,
+        check the collisions, learn; then send the idle actors off while few are owed."""
+        self.inserting = []
+        self.learner_metrics = self.updates.step(self.sample_and_insert)
+        self._inserted()
+        self.owed -= 1
+        self.iterations += 1
+        while self.idle and self.owed <= self.lag:
+            self.submit(self.idle.pop(0))
 
-                def after_sample(batch: Batch, future: list[Future] = future):
-                    nonlocal buffer
-                    check.sampled(batch.indices)
-                    if buffer:
-                        future.append(executor.submit(insert, buffer))
-                        buffer = []
+    def sample_and_insert(self, batch: Batch) -> Callable[[np.ndarray], np.ndarray]:
+        """3. Once a batch is sampled, the whole buffer goes into the replay on the second
+        thread while the learner trains; returns the collision check of step 4."""
+        self.check.sampled(batch.indices)
+        if self.buffer:
+            self.inserting.append(self.executor.submit(self.insert, self.buffer))
+            self.buffer = []
+        return self.check_collisions
 
-                    def keep(indices: np.ndarray, future: list[Future] = future) -> np.ndarray:
-                        for f in future:
-                            f.result()
-                        return check.keep(indices)
+    def check_collisions(self, indices: np.ndarray) -> np.ndarray:
+        """4. The sampled rows whose priority update may go in: those whose slot the
+        insertion did not overwrite."""
+        self._inserted()
+        return self.check.keep(indices)
 
-                    return keep
+    def insert(self, chunks: list[Chunk]) -> None:
+        """The batched insertion of the collection buffer, recording the slots it wrote."""
+        start = perf_counter()
+        for chunk in chunks:
+            self.check.written(self.replay.add_steps(
+                chunk.obs, chunk.actions, chunk.rewards, chunk.next_obs, chunk.terminated,
+                chunk.truncated, stream=chunk.rank))
+        self.phase["pearl_insert"] = self.phase.get("pearl_insert", 0.0) + perf_counter() - start
 
-                learner_metrics = updates.step(after_sample)
-                for f in future:
-                    f.result()
-                owed -= 1
-                iterations += 1
-                while idle and owed <= lag:
-                    submit(idle.pop(0))
-                if self.dynamic_resources and iterations % self.resource_every == 0:
-                    self._manage(manager, window, state, learner, active, events, submit, t)
-                # past the last env step, the owed updates are logged once, at the last one
-                if not t.done(state) or not (owed or buffer) or t.stop.is_set():
-                    boundary(pending_steps, state.obs, learner_metrics)
-                    pending_steps = 0
-        finally:
-            executor.shutdown(wait=True)
-            pool.close()
-            torch.set_num_threads(threads)
-        if events and t.log_text is not None:
-            t.log_text(_table(events), "pearl/resource_decisions.csv")
-        results = loop_metrics(state, learner, learner_metrics)
-        results.update(primitives())
-        results["env_steps_per_s"] = results["sps"]
-        return results
+    def _inserted(self) -> None:
+        for future in self.inserting:
+            future.result()
 
-    def _manage(self, manager: ResourceManager, window: dict, state: LoopState,
-                learner: OffPolicyLearner, active: set[int], events: list, submit,
-                t: Training) -> None:
+    def end_iteration(self) -> None:
+        """The step boundary; past the last env step, the owed updates are logged once, at
+        the last one."""
+        t = self.t
+        if not t.done(self.state) or not (self.owed or self.buffer) or t.stop.is_set():
+            self.boundary(self.pending_steps, self.state.obs, self.learner_metrics)
+            self.pending_steps = 0
+
+    def flushing(self) -> bool:
+        """Past the last env step, the buffered chunks and owed updates still run (not once
+        stop_return is reached: the job ends there)."""
+        return self.state.reached is None and bool(
+            self.buffer or (self.owed > 0 and len(self.replay) >= self.learner.batch_size))
+
+    def manage_resources(self) -> None:
         """Algorithm 1 on the last window's profiled times, applied to the actor pool and
         the learner's threads; the EPS of the window before (and, at the next call, after)."""
+        state, window, manager = self.state, self.window, self.manager
         now = perf_counter()
-        iterations = state.updates - window["updates"]
-        eps = learner.batch_size * iterations / max(now - window["start"], 1e-9)
-        if events and "eps_after" not in events[-1]:
-            events[-1]["eps_after"] = eps
-        learner_s = (state.phase_s.get("update", 0.0) - window["learner_s"]) / max(iterations, 1)
-        sync_s = (state.phase_s.get("publish", 0.0) - window["sync_s"]) / max(iterations, 1)
-        actor_s = window["actor_s"] / max(len(active), 1) / max(iterations, 1)
-        per_iteration = window["experiences"] / max(iterations, 1)
-        decision = manager.step(Timings(actor_s, learner_s, sync_s), int(per_iteration) or 1)
+        iterations = max(state.updates - window.updates, 1)
+        eps = (self.learner.batch_size * (state.updates - window.updates)
+               / max(now - window.start, 1e-9))
+        if self.events and "eps_after" not in self.events[-1]:
+            self.events[-1]["eps_after"] = eps
+        learner_s = (self.phase.get("update", 0.0) - window.learner_s) / iterations
+        sync_s = (self.phase.get("publish", 0.0) - window.sync_s) / iterations
+        actor_s = window.actor_s / max(len(self.active), 1) / iterations
+        decision = manager.step(Timings(actor_s, learner_s, sync_s),
+                                int(window.experiences / iterations) or 1)
         if decision.action in ("shrink_actors", "give_core_back"):
-            ranks = sorted(set(range(manager.actors + manager.cpu_trainers)))
-            keep = set(ranks[:decision.actors])
-            revived = keep - active
-            active.clear()
-            active.update(keep)
+            keep = set(sorted(range(manager.actors + manager.cpu_trainers))[:decision.actors])
+            revived = keep - self.active
+            self.active = keep
             torch.set_num_threads(1 + decision.cpu_trainers)
             for rank in revived:
-                submit(rank)
+                self.submit(rank)
         if decision.action != "none":
-            events.append({"step": float(state.step), "iteration": float(state.updates),
-                           "action": ACTIONS[decision.action], "actors": float(decision.actors),
-                           "learner_threads": float(1 + decision.cpu_trainers),
-                           "b": float(decision.b), "eps_before": eps})
-            t.report(state.step, {"pearl/decision": float(ACTIONS[decision.action]),
-                                  "pearl/decision_eps_before": eps,
-                                  "pearl/actors": float(decision.actors),
-                                  "pearl/learner_threads": float(1 + decision.cpu_trainers)},
-                     Report.event)
-        window.update(start=now, updates=state.updates, actor_s=0.0, experiences=0,
-                      learner_s=state.phase_s.get("update", 0.0),
-                      sync_s=state.phase_s.get("publish", 0.0))
+            self._decided(decision, eps)
+        self.window = Window.opened(state, now)
+
+    def _decided(self, decision, eps: float) -> None:
+        """A decision of Algorithm 1: in the events table, and reported."""
+        threads = float(1 + decision.cpu_trainers)
+        self.events.append({"step": float(self.state.step),
+                            "iteration": float(self.state.updates),
+                            "action": ACTIONS[decision.action], "actors": float(decision.actors),
+                            "learner_threads": threads, "b": float(decision.b),
+                            "eps_before": eps})
+        self.t.report(self.state.step, {"pearl/decision": float(ACTIONS[decision.action]),
+                                        "pearl/decision_eps_before": eps,
+                                        "pearl/actors": float(decision.actors),
+                                        "pearl/learner_threads": threads}, Report.event)
+
+    def primitives(self) -> dict[str, float]:
+        """The primitives' mean times per iteration (`pearl/t_*_s`) and the run's counts."""
+        phase, n = self.phase, max(self.iterations, 1)
+        times = {"t_actor_s": phase.get("actor", 0.0), "t_rm_sample_s": phase.get("sample", 0.0),
+                 "t_rm_insert_s": phase.get("pearl_insert", 0.0),
+                 "t_rm_update_s": phase.get("priority_update", 0.0),
+                 "t_learner_s": phase.get("update", 0.0), "t_sync_s": phase.get("publish", 0.0)}
+        metrics = {f"pearl/{k}": v / n for k, v in times.items()}
+        metrics.update({"pearl/collisions": float(self.check.collisions),
+                        "pearl/iterations": float(self.iterations),
+                        "pearl/actors": float(len(self.active)),
+                        "pearl/learner_threads": float(torch.get_num_threads())})
+        return metrics
+
+    def _report(self, step: int, metrics: dict[str, float], kind: Report) -> None:
+        if kind is Report.loop:
+            metrics = {**metrics, **self.primitives(), "env_steps_per_s": metrics["sps"]}
+        self.t.report(step, metrics, kind)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+        self.pool.close()
+        torch.set_num_threads(self.threads)
+
+    def results(self) -> dict[str, float]:
+        """The final metrics; Algorithm 1's decisions as `pearl/resource_decisions.csv`."""
+        if self.events and self.t.log_text is not None:
+            self.t.log_text(_table(self.events), "pearl/resource_decisions.csv")
+        results = loop_metrics(self.state, self.learner, self.learner_metrics)
+        results.update(self.primitives())
+        results["env_steps_per_s"] = results["sps"]
+        return results
 
 
 def _table(events: list[dict[str, float]]) -> str:

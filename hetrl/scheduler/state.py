@@ -45,5 +45,11 @@ class LoopState:
         self.returns.extend(float(r) for r in returns)
         self.episodes += len(returns)
 
+    def record_actor(self, rank: int, stats: dict[str, float]) -> None:
+        """Add an actor's stats of one chunk to its totals."""
+        totals = self.actors.setdefault(rank, {})
+        for name, value in stats.items():
+            totals[name] = totals.get(name, 0.0) + value
+
     def return_mean_100(self) -> float | None:
         return float(np.mean(self.returns)) if self.returns else None
