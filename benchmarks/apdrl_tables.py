@@ -42,7 +42,7 @@ from hetrl.partition.costs import Plan
 from hetrl.partition.flops import PAPER_KINDS, per_sample_flops
 from hetrl.partition.graph import Kind, TaskGraph
 from hetrl.partition.ilp import IlpPartitioner
-from hetrl.partition.planning import StepPlan, plan_step
+from hetrl.planning import StepPlan, plan_step
 from hetrl.platform.model import ModeledPlatform
 
 TABLE_IV = {(64, 64): (0.21, 0.27, 0.78), (400, 300): (32.55, 28.81, 1.13),

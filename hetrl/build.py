@@ -25,8 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 from hetrl.actors.base import Actors
 from hetrl.algos.base import Learner
 from hetrl.config.errors import ConfigError, unwrapped
-from hetrl.partition.planning import StepPlan, plan_measured_step, plan_step
 from hetrl.partition.costs import Plan
+from hetrl.planning import StepPlan, plan_measured_step, plan_step
 from hetrl.platform.host import HostPlatform, cpu_name, uniform_dtypes
 from hetrl.platform.measure import compare_updates
 from hetrl.platform.model import ModeledPlatform

@@ -21,7 +21,7 @@ from hetrl.envs.state import env_state, load_env_state
 from hetrl.evaluation import Evaluator, ptq_reward_error
 from hetrl.faults import Fault, Stopped, StopRequest
 from hetrl.options import GROUPS, group_options, typed_config
-from hetrl.partition.planning import figures_json
+from hetrl.planning import figures_json
 from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState, Report

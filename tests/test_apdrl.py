@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from hetrl.partition.objective import objective
-from hetrl.partition.planning import StepPlan
+from hetrl.planning import StepPlan
 from hetrl.partition.single import SinglePartitioner
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"

@@ -90,7 +90,7 @@ def _fake_costs(graph, bf16_for):
 
 
 def test_the_measured_plan_keeps_float32_where_float32_measured_faster():
-    from hetrl.partition.planning import plan_measured_step
+    from hetrl.planning import plan_measured_step
     from hetrl.partition.single import SinglePartitioner
 
     c = build_job("algo=ddpg", "env=pendulum", "algo.hidden=[8,8]")  # not applied: fp32
@@ -123,7 +123,7 @@ def test_a_lower_precision_slower_than_float32_everywhere_leaves_every_layer_in_
 
 
 def test_the_mixed_plan_applies_its_measured_dtypes_per_layer():
-    from hetrl.partition.planning import plan_measured_step
+    from hetrl.planning import plan_measured_step
     from hetrl.partition.single import SinglePartitioner
     from hetrl.precision.mixed import HardwareAwarePrecision
 

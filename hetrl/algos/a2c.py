@@ -12,12 +12,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hetrl.algos.base import OnPolicyLearner
+from hetrl.algos.base import OnPolicyLearner, RolloutBatch
 from hetrl.algos.networks import StochasticPolicy, network
 from hetrl.config.enums import ActionSpace, Agents
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.steps import policy_gradient_step_graph
-from hetrl.replay.rollout import RolloutBatch
 
 
 class A2C(OnPolicyLearner):

@@ -28,6 +28,17 @@ class Batch(NamedTuple):
     discounts: torch.Tensor | None = None
 
 
+class RolloutBatch(NamedTuple):
+    """An on-policy minibatch of a rollout (`hetrl.replay.rollout.RolloutBuffer.batch`)."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor  # as sampled (Box actions unclipped, as SB3 stores them)
+    log_probs: torch.Tensor  # of the actions under the policy that collected them
+    values: torch.Tensor  # V(obs) when collected
+    advantages: torch.Tensor
+    returns: torch.Tensor  # advantages + values: the critic's regression target
+
+
 def weighted_mean(losses: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
     """The mean of per-row losses, each weighed by its importance weight when the batch is
     prioritized (`batch.weights`; None: the plain mean)."""

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from hetrl.partition.flops import NoNode
 
 ACTORQ_POLICY_HIDDEN = [2048, 2048, 2048]
 """QuaRL's ActorQ policy network (A.3): `algo.policy_hidden=[2048,2048,2048]`; its critic is
@@ -31,7 +32,7 @@ def mlp(sizes: list[int], output_activation: type[nn.Module] | None = None,
     return nn.Sequential(*layers)
 
 
-class ScaleImage(nn.Module):
+class ScaleImage(NoNode):
     """uint8 pixels to floats in [0, 1]: the replay keeps frames as bytes (4x less memory)."""
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ import gymnasium as gym
 import torch
 
 from hetrl.algos.a2c import A2C
-from hetrl.replay.rollout import RolloutBatch
+from hetrl.algos.base import RolloutBatch
 
 
 class PPO(A2C):

@@ -360,17 +360,13 @@ class ComposerPartitioner:
                                    platform_bandwidth(platform), self.n_actors)
         return self.composition
 
-    def compose_measured(self, costs: CostTable, batch_size: int,
-                         buffer_size: int, experience: float) -> Composition:
+    def compose_measured(self, costs: CostTable, batch_size: int, buffer_size: int,
+                         experience: float, per_byte: float) -> Composition:
         """Algorithm 2 on `platform=host`: the matrix measured on its devices, transfers
-        at the measured host-device copy rate (none within a device)."""
+        at the host-device copy rate the host measured, `per_byte` seconds (none within a
+        device)."""
         traffic = self.traffic(batch_size, experience)
         m = measured_matrix(costs, self.tree(buffer_size), batch_size, traffic.insert_batch)
-        per_byte = 0.0
-        if len(m.devices) > 1:
-            from hetrl.platform.host import _copy_seconds_per_byte
-
-            per_byte = _copy_seconds_per_byte()
 
         def transfer(nbytes: float, src: str, dst: str) -> float:
             return 0.0 if src == dst else nbytes * per_byte

@@ -28,13 +28,19 @@ from math import prod
 
 from torch import nn
 
-from hetrl.algos.networks import ScaleImage
 from hetrl.partition.graph import Kind, TaskGraph
 
 WEIGHT_LAYERS = (nn.Linear, nn.Conv2d)
 ACTIVATIONS = (nn.ReLU, nn.Tanh)
 NORMS = (nn.BatchNorm1d, nn.BatchNorm2d)
-VIEWS = (nn.Flatten, nn.Identity, ScaleImage)  # reshape or input scaling: no node (as the paper)
+
+
+class NoNode(nn.Module):
+    """A module the task graph draws no node for, as the paper draws none for a reshape: a
+    network's input scaling (`hetrl.algos.networks.ScaleImage`) derives from it."""
+
+
+VIEWS = (nn.Flatten, nn.Identity, NoNode)  # reshape or input scaling: no node (as the paper)
 LOSS_FLOPS_PER_ELEMENT = 3  # difference, square (or Huber branch), reduction
 # mean and variance (a sum, a square and a sum), normalize (subtract, multiply by the inverse
 # standard deviation), scale and shift (multiply, add)

@@ -63,7 +63,7 @@ class HostPlatform:
         seconds, chosen = per_layer_dtypes(graph, by_dtype, min_speedup)
         comm = np.zeros((len(graph.edges), len(self.devices), len(self.devices)))
         if len(self.devices) > 1:
-            per_byte = _copy_seconds_per_byte()
+            per_byte = copy_seconds_per_byte()
             for e, edge in enumerate(graph.edges):
                 comm[e] = edge.bytes * per_byte * (1 - np.eye(len(self.devices)))
         return CostTable(graph, self.devices, seconds, comm, {}, {}, dtypes=chosen,
@@ -148,7 +148,7 @@ def uniform_dtypes(graph: TaskGraph, dtype: str) -> list[str]:
     return [dtype if node.layer_pass else "float32" for node in graph.nodes]
 
 
-def _copy_seconds_per_byte(nbytes: int = 1 << 24, repeats: int = 5) -> float:
+def copy_seconds_per_byte(nbytes: int = 1 << 24, repeats: int = 5) -> float:
     """Host -> GPU copy time per byte, measured on pinned memory (the best of `repeats`)."""
     src = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
     best = float("inf")

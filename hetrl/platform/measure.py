@@ -24,10 +24,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from hetrl.algos.base import Batch, Learner
+from hetrl.algos.base import Batch, Learner, RolloutBatch
 from hetrl.partition.graph import Kind, Pass, TaskGraph
 from hetrl.precision.native import compute_in
-from hetrl.replay.rollout import RolloutBatch
 from hetrl.seeding import rng_states, set_rng_states
 
 Key = tuple[str, str, Pass]  # (network, layer path, pass)

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple
+from typing import Iterator
 
 import gymnasium as gym
 import torch
 
-
-class RolloutBatch(NamedTuple):
-    obs: torch.Tensor
-    actions: torch.Tensor  # as sampled (Box actions unclipped, as SB3 stores them)
-    log_probs: torch.Tensor  # of the actions under the policy that collected them
-    values: torch.Tensor  # V(obs) when collected
-    advantages: torch.Tensor
-    returns: torch.Tensor  # advantages + values: the critic's regression target
+from hetrl.algos.base import RolloutBatch
 
 
 def gae(

@@ -17,7 +17,7 @@ from hetrl.partition.composer import Composition, experience_bytes
 from hetrl.partition.costs import CostTable, Plan
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.single import SinglePartitioner
-from hetrl.platform.host import HostPlatform
+from hetrl.platform.host import HostPlatform, copy_seconds_per_byte
 from hetrl.platform.model import ModeledPlatform
 
 
@@ -162,9 +162,10 @@ def plan_measured_step(learner: Learner, host: HostPlatform, partitioner,
         costs = host.cost_table(graph, learner, obs_space, act_space, dtypes, min_speedup)
     composition = None
     if hasattr(partitioner, "compose_measured"):  # PEARL's composer, on measured primitives
+        per_byte = copy_seconds_per_byte() if len(costs.devices) > 1 else 0.0
         composition = partitioner.compose_measured(
             costs, learner.batch_size, _buffer_size(learner),
-            _experience_bytes(learner, obs_space, act_space))
+            _experience_bytes(learner, obs_space, act_space), per_byte)
     single = len(costs.devices) == 1
     plan = (SinglePartitioner(costs.devices[0]) if single else partitioner).partition(costs)
     if costs.dtypes is not None:
