@@ -13,9 +13,10 @@ import numpy as np
 
 from hetrl.algos.base import Learner
 from hetrl.config.platform import BaselineSpec
-from hetrl.partition.composer import Composition, experience_bytes
+from hetrl.partition.composer import Composition
 from hetrl.partition.costs import CostTable, Plan
 from hetrl.partition.graph import TaskGraph
+from hetrl.partition.primitives import experience_bytes
 from hetrl.partition.single import SinglePartitioner
 from hetrl.platform.host import HostPlatform, copy_seconds_per_byte
 from hetrl.platform.model import ModeledPlatform

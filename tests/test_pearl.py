@@ -13,17 +13,8 @@ import pytest
 from hetrl.build import build
 from hetrl.config.store import register
 from hetrl.options import compose_job
-from hetrl.partition.composer import (
-    ComposerPartitioner,
-    PrimitiveMatrix,
-    Traffic,
-    TreeShape,
-    compose,
-    exp_memory,
-    experience_bytes,
-    fpga_rm_cycles,
-    portability,
-)
+from hetrl.partition.composer import ComposerPartitioner, Traffic, compose, exp_memory, portability
+from hetrl.partition.primitives import PrimitiveMatrix, TreeShape, experience_bytes, fpga_rm_cycles
 
 CARTPOLE = ("algo=dqn", "env=cartpole", "algo.hidden=[64]")  # PEARL's 4-64-2 (B.4)
 PONG = ("algo=dqn", "env=pong", "algo.cnn=dqn2013", "algo.buffer_size=8192")
