@@ -21,13 +21,12 @@ from hetrl.envs.state import env_state, load_env_state
 from hetrl.evaluation import Evaluator, ptq_reward_error
 from hetrl.faults import Fault, Stopped, StopRequest
 from hetrl.options import GROUPS, group_options, typed_config
-from hetrl.planning import figures_json
 from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState, Report
 from hetrl.seeding import rng_states, set_rng_states
 from hetrl.tracking.base import REFERENCE_TAG, Tracker
-from hetrl.tracking.plots import device_labels, eps_heatmap, gantt, learning_curve
+from hetrl.tracking.artifacts import log_learning_curve, log_plan
 from hetrl.tracking.reward_error import fp32_actors_key, numerics_key, reference_metrics
 from hetrl.validation import validate
 
@@ -81,7 +80,8 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
             results.update(reference_metrics(cfg, choices, results, state.history,
                                              state.history_s, out_dir, tracker,
                                              train_twin=partial(run, tags=_reference_tags(tracker))))
-            _log_learning_curve(tracker, cfg, state, results, out_dir, name)
+            log_learning_curve(tracker, state.history, cfg.algo.get("learning_starts"),
+                               results, out_dir, name)
         except KeyboardInterrupt as interrupt:
             if isinstance(interrupt, Stopped) and interrupt.job_dir is None:
                 interrupt.job_dir = str(out_dir)  # where `resume=` goes on
@@ -193,7 +193,8 @@ def _train(
         tracker.log_params({f"host.{k}": v for k, v in c.platform.describe().items()})
         tracker.log_text(OmegaConf.to_yaml(cfg.platform, resolve=True), "platform.yaml")
         if c.step_plan is not None:
-            _log_plan(tracker, c, out_dir, name)
+            log_plan(tracker, c.step_plan, c.precision, c.platform, c.learner.batch_size,
+                     out_dir, name)
     state = _initial_state(c, saved, cfg.seed)
     save_checkpoint = partial(_save_checkpoint, out_dir / checkpoint.FILENAME, cfg, choices,
                               tracker, c)
@@ -237,45 +238,6 @@ def _train(
     if c.step_plan is not None:
         results.update(c.step_plan.metrics(c.learner.batch_size))
     return results, state
-
-
-def _log_plan(tracker: Tracker, c: Components, out_dir: Path, name: str) -> None:
-    """The plan: its figures as metrics, the plan (with each node's cost per device) as JSON,
-    and, where there is more than one device, its schedule as a Gantt (devices named by what
-    they are, each node's dtype, the transfers)."""
-    step_plan = c.step_plan
-    tracker.log_metrics(step_plan.metrics(c.learner.batch_size), step=0)
-    tracker.log_text(step_plan.to_json(), "plan.json")
-    if len(step_plan.plan.devices) > 1:
-        plan, graph = step_plan.plan, step_plan.graph
-        if plan.dtypes is not None:  # measured on the host
-            dtypes = plan.dtypes
-        else:
-            dtype_of = c.precision.dtype_chooser(c.platform)
-            dtypes = [dtype_of(node, plan.devices[k])
-                      for node, k in zip(graph.nodes, plan.assignment)]
-        tracker.log_artifact(gantt(plan, graph, out_dir / "plan_gantt.png", name,
-                                   labels=device_labels(c.platform), dtypes=dtypes,
-                                   costs=step_plan.costs))
-    if (composition := step_plan.composition) is not None:  # partitioner=composer (PEARL)
-        tracker.log_text(composition.to_json(), "composer/mapping.json")
-        tracker.log_text(composition.table(), "composer/eps_platform.csv")
-        tracker.log_text(figures_json(composition.matrix.rows()), "composer/matrix.json")
-        tracker.log_artifact(eps_heatmap(
-            composition.grid(), composition.matrix.devices,
-            (composition.assignment["RM"], composition.assignment["Learner"]),
-            out_dir / "composer_eps.png", name, composition.measured))
-
-
-def _log_learning_curve(tracker: Tracker, cfg: DictConfig, state: LoopState,
-                        results: Mapping[str, float], out_dir: Path, name: str) -> None:
-    """The learning curve, with `learning_starts` and the final return of its references."""
-    references = {label: results[key] for key, label in (
-        ("reward_reference", "fp32 reference, final return"),
-        ("reward_fp32_actors", "fp32 actors, final return")) if key in results}
-    tracker.log_artifact(learning_curve(state.history, out_dir / "learning_curve.png", name,
-                                        learning_starts=cfg.algo.get("learning_starts"),
-                                        references=references))
 
 
 def _initial_state(c: Components, saved: dict[str, Any] | None, seed: int) -> LoopState:

@@ -9,10 +9,10 @@ import pytest
 from helpers import build_job
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from hetrl import experiment
 from hetrl.options import compose_job
 from hetrl.scheduler.state import LoopState
 from hetrl.tracking import plots
+from hetrl.tracking.artifacts import log_learning_curve, log_plan
 from hetrl.tracking.base import NullTracker
 
 
@@ -46,7 +46,8 @@ def test_the_gantt_names_devices_dtypes_and_transfers(tmp_path, figures):
     c = build_job("algo=ddpg", "platform=versal", "precision=mixed", "partitioner=heft",
                   "algo.hidden=[64,64]", plan=True)
     tracker = NullTracker()
-    experiment._log_plan(tracker, c, tmp_path, "ddpg-versal-mixed")
+    log_plan(tracker, c.step_plan, c.precision, c.platform, c.learner.batch_size, tmp_path,
+             "ddpg-versal-mixed")
     (fig,) = figures
     ax = fig.axes[0]
     rows = [t.get_text() for t in ax.get_yticklabels()]
@@ -71,8 +72,8 @@ def test_the_learning_curve_marks_learning_starts_and_the_fp32_reference(tmp_pat
     cfg, _ = compose_job("algo=dqn", "algo.learning_starts=500")
     state = LoopState()
     state.history = [(step, step / 100) for step in range(250, 3001, 250)]
-    experiment._log_learning_curve(NullTracker(), cfg, state, {"reward_reference": 42.0},
-                                   tmp_path, "dqn-cartpole-host-bf16-s0")
+    log_learning_curve(NullTracker(), state.history, cfg.algo.learning_starts,
+                       {"reward_reference": 42.0}, tmp_path, "dqn-cartpole-host-bf16-s0")
     (fig,) = figures
     ax = fig.axes[0]
     texts = legend_texts(ax)
