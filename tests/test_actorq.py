@@ -31,7 +31,7 @@ from hetrl.tracking.reward_error import fp32_actors_key, time_to_reach
 LEARNS = ("algo=dqn", "env=cartpole", "steps=10000", "algo.learning_starts=500",
           "algo.exploration_fraction=0.2", "algo.hidden=[64,64]", "log_every=2000", "platform.measure_layers=false")
 POOL = dict(precision="fp32", int8_mode="kernel", per_channel=True, eval_episodes=1, n=1,
-            pull_every=10, quantize_on="learner", start_method="auto")
+            pull_every=10, quantize_on="learner", start_method="auto", timeout_s=300.0)
 
 
 @pytest.mark.slow

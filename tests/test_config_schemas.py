@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import subprocess
 import sys
 from collections import defaultdict
@@ -14,7 +15,7 @@ from omegaconf import OmegaConf
 from hetrl import CONF_DIR
 from hetrl.config.run import RunConfig
 from hetrl.config.store import SCHEMAS
-from hetrl.options import group_options, option_schema, option_yaml
+from hetrl.options import group_options, option_class, option_schema, option_yaml
 
 
 def _own_values() -> list[tuple[str, type, dict[str, Any]]]:
@@ -84,6 +85,24 @@ def test_each_interpolation_is_written_once():
                 places[key, value].append(label)
     twice = {f"{key}: {value}": where for (key, value), where in places.items() if len(where) > 1}
     assert not twice, twice
+
+
+@pytest.mark.parametrize("group", ["scheduler", "actors"])
+def test_constructors_repeat_no_default_of_their_config(group):
+    """A value lives in its YAML or its schema, never also as a keyword default of the
+    constructor the config builds (the learners' are the update step's issue's)."""
+    twins = []
+    for name in group_options(group):
+        schema = SCHEMAS[group][option_schema(group, name).removeprefix(f"schema/{group}/")]
+        keys = {f.name for f in dataclasses.fields(schema)} | set(option_yaml(group, name))
+        for owner in option_class(group, name).__mro__:
+            if "__init__" not in vars(owner):
+                continue
+            for param in inspect.signature(owner.__init__).parameters.values():
+                if param.name in keys and param.default is not param.empty:
+                    twins.append(f"{group}={name}: {owner.__name__}({param.name}="
+                                 f"{param.default!r})")
+    assert not twins, twins
 
 
 @pytest.mark.parametrize("module", ["hetrl.config.store", "hetrl.__main__"])

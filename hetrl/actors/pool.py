@@ -32,7 +32,7 @@ class ActorPool(Actors):
     acting = Acting(pool=True)
 
     def __init__(self, precision: str, int8_mode: str, per_channel: bool, eval_episodes: int,
-                 n: int, pull_every: int, quantize_on: str, timeout_s: float = 300.0) -> None:
+                 n: int, pull_every: int, quantize_on: str, timeout_s: float) -> None:
         super().__init__(precision, int8_mode, per_channel, eval_episodes)
         self.n, self.pull_every = n, pull_every
         self.quantize_on = QuantizeOn(quantize_on)

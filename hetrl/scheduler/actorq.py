@@ -41,8 +41,8 @@ class ActorQScheduler:
 
     needs = LoopNeeds(actor_pool=True)  # the actors step single-agent gymnasium vector envs
 
-    def __init__(self, rate_limiter: str = "chunk", samples_per_insert: float = 16.0,
-                 error_buffer: float = 4096.0) -> None:
+    def __init__(self, rate_limiter: str, samples_per_insert: float,
+                 error_buffer: float) -> None:
         self.rate_limiter = rate_limiter
         self.spi, self.error_buffer = samples_per_insert, error_buffer
 

@@ -56,8 +56,8 @@ PRIMITIVES = ("t_actor_s", "t_rm_sample_s", "t_rm_insert_s", "t_rm_update_s", "t
 class PearlScheduler:
     needs = LoopNeeds(actor_pool=True)
 
-    def __init__(self, weight_sync_every: int = 10, collect_steps: int = 16,
-                 dynamic_resources: bool = True, resource_every: int = 200) -> None:
+    def __init__(self, weight_sync_every: int, collect_steps: int, dynamic_resources: bool,
+                 resource_every: int) -> None:
         self.weight_sync_every, self.collect_steps = weight_sync_every, collect_steps
         self.dynamic_resources, self.resource_every = dynamic_resources, resource_every
 

@@ -126,9 +126,8 @@ class SelfPlayScheduler:
     def __init__(self, workers: int, trainers: int, games_per_generation: int,
                  concurrent_games: int, generations: int, window: int, train_steps: int,
                  gating_games: int, gating_win_rate: float, eval_games: int,
-                 eval_readouts: int, eval_every: int = 1, ladder_games: int = 0,
-                 ladder_simulations: tuple[int, ...] = (),
-                 wall_clock_s: float | None = None) -> None:
+                 eval_readouts: int, eval_every: int, ladder_games: int,
+                 ladder_simulations: tuple[int, ...], wall_clock_s: float | None) -> None:
         self.workers, self.trainers = workers, trainers
         self.games_per_generation = games_per_generation
         self.concurrent_games = concurrent_games
