@@ -311,33 +311,34 @@ def _save_checkpoint(path: Path, cfg: DictConfig, choices: Mapping[str, str],
 
 @contextmanager
 def _stop_on_signals() -> Iterator[StopRequest]:
-    """SIGINT/SIGTERM ask the loop to stop at the next step (after a checkpoint);
-    a second Ctrl-C interrupts at once. A process that runs a sweep's jobs blocks them
-    between jobs (hetrl.sweep_stops); they are unblocked here, so one sent meanwhile
-    arrives now and the job stops before it begins."""
+    """SIGINT/SIGTERM ask the loop to stop at the next step (after a checkpoint): the handler
+    only notes the signal (StopRequest.request), the loop and its waits read it. A process
+    that runs a sweep's jobs blocks them between jobs (hetrl.sweep_stops); they are unblocked
+    here, so one sent meanwhile arrives now and the job stops before it begins."""
     stop = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
 
-    def request_stop(signum: int, frame: object) -> None:
-        stopping = stop.is_set()
-        stop.request(signum)  # a second Ctrl-C raises here
-        if not stopping:
-            log.warning("%s: stopping at the next step, after a checkpoint",
-                        signal.Signals(signum).name)
-
     signals = (signal.SIGINT, signal.SIGTERM)
-    previous = {s: signal.signal(s, request_stop) for s in signals}
+    previous = {s: signal.signal(s, stop.request) for s in signals}
     masks = hasattr(signal, "pthread_sigmask")  # POSIX
     mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, signals) if masks else None
-    try:
-        yield stop
-    finally:
+
+    def restore() -> None:
         if masks:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+    try:
+        yield stop
+    except BaseException:
+        restore()
+        raise
+    restore()
+    if stop.is_set() and callable(handler := previous[stop.signum]):
+        handler(stop.signum, None)  # the job finished first: the sweep's stop goes on
 
 
 PLATFORM_TABLES = ("devices", "links", "baselines")

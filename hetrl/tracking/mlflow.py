@@ -22,6 +22,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME  # no
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH  # noqa: E402
 
 from hetrl.faults import Fault  # noqa: E402
+from hetrl.stopping import deferred_stops  # noqa: E402
 from hetrl.tracking.base import REFERENCE_TAG  # noqa: E402
 from hetrl.tracking.metadata import system_tags  # noqa: E402
 
@@ -54,17 +55,19 @@ def client_for(uri: str, experiment: str,
     experiment are created under a file lock beside the database (MLflow's own store creates
     its tables unguarded: two jobs starting together on a new store lost one of them).
     An http(s) store (a tracking server: python -m hetrl.tracking.server) must answer first
-    (`check_server`).
+    (`check_server`). A stop by signal waits until the store and experiment exist
+    (`deferred_stops`): one cut in two would fail every later job.
     """
     if uri.startswith(("http://", "https://")):
         check_server(uri, experiment)
     if not uri.startswith("sqlite:///"):
-        client = MlflowClient(tracking_uri=uri)
-        return client, _experiment_id(client, experiment, None, view_columns)
+        with deferred_stops():  # a database's schema is created or migrated whole
+            client = MlflowClient(tracking_uri=uri)
+            return client, _experiment_id(client, experiment, None, view_columns)
     db = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
     _check_writable(db, uri)
     artifact_location = (db.parent / "mlartifacts").resolve().as_uri()
-    with _file_lock(db.with_name(db.name + ".lock")):
+    with deferred_stops(), _file_lock(db.with_name(db.name + ".lock")):
         wal_mode(db)
         client = MlflowClient(tracking_uri=store_uri(uri))
         return client, _experiment_id(client, experiment, artifact_location, view_columns)
