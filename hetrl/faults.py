@@ -16,6 +16,23 @@ class Fault(RuntimeError):
     what to do."""
 
 
+class WorkerLost(Fault):
+    """A worker process or actor died or stopped answering; the message names it (rank,
+    pid, how it ended) and what to do."""
+
+
+def exit_words(code: int | None) -> str:
+    """How a process ended, from its exit code (negative: the signal that killed it)."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
 class StopRequest:
     """A stop asked by a signal (SIGINT for Ctrl-C, SIGTERM): the loop checkpoints and stops
     at its next step boundary; every wait polls it (`is_set`, `wait`).
@@ -58,8 +75,8 @@ class StopRequest:
 
 class Stopped(KeyboardInterrupt):
     """A stop on request (Ctrl-C, SIGTERM): the loop stopped at a step boundary after a
-    checkpoint (`step`; `job_dir` holds it once the job knows where it is), or a sweep
-    stopped between its jobs (`step` None)."""
+    checkpoint (`step`; `job_dir` holds it once the job knows where it is), or before the
+    job's run opened (`step` None)."""
 
     def __init__(self, signum: int, step: int | None = None, job_dir: str | None = None) -> None:
         super().__init__(signum, step)
@@ -77,8 +94,7 @@ class Stopped(KeyboardInterrupt):
         the job's `resume=`)."""
         name = signal.Signals(self.signum).name
         if self.step is None:
-            return (f"stopped by {name} between two jobs of the sweep; its parent run ends "
-                    "KILLED, its summary lists the jobs that did not run")
+            return f"stopped by {name} before the job's run opened: nothing of it was recorded"
         text = f"stopped at step {self.step} by {name}, after a checkpoint"
         if go_on is None and self.job_dir is not None:
             go_on = f"python -m hetrl resume={self.job_dir}"

@@ -77,6 +77,14 @@ class SweepStopped(Stopped):
                 f"python -m hetrl resume={self.sweep_dir}/<job number>")
 
 
+class StoppedBetweenJobs(Stopped):
+    """A sweep under the basic launcher stopped between two of its jobs."""
+
+    def describe(self, go_on: str | None = None) -> str:
+        return (f"stopped by {signal.Signals(self.signum).name} between two jobs of the sweep; "
+                "its parent run ends KILLED, its summary lists the jobs that did not run")
+
+
 def stopped_by(sweep_dir: str | Path) -> int | None:
     """The signal that stopped the sweep writing into `sweep_dir`; None if none did."""
     try:
@@ -106,7 +114,7 @@ def run_job(hydra_cfg: DictConfig, run: Callable[[], dict]) -> dict | None:
         if sweep is not None and sweep.signum is not None and not sweep.remote:
             sweep.mark()  # a stop between two jobs: this one does not begin
             sweep.release()
-            raise Stopped(sweep.signum)
+            raise StoppedBetweenJobs(sweep.signum)
         return run()
     if (signum := stopped_by(hydra_cfg.sweep.dir) or _noted) is not None:
         log.warning("not started: the sweep was stopped by %s before this job began",

@@ -170,7 +170,7 @@ class PearlScheduler:
             while not t.done(state) or flushing():
                 # 1. collect into the data collection buffer; resubmit the finished actors
                 ready = len(replay) >= learner.batch_size and owed > 0
-                for chunk in pool.results(block=not ready and not buffer):
+                for chunk in pool.results(block=not ready and not buffer, stop=t.stop):
                     buffer.append(chunk)
                     state.record_episodes(chunk.returns)
                     totals = state.actors.setdefault(chunk.rank, {})

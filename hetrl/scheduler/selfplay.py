@@ -77,7 +77,7 @@ from hetrl.scheduler.context import Training, loop_metrics, report_placement
 from hetrl.scheduler.dataparallel import DataParallelTrainers
 from hetrl.scheduler.state import LoopState, PhaseTimer, Report
 from hetrl.scheduler.updates import Updates
-from hetrl.scheduler.workers import stop_workers
+from hetrl.scheduler.workers import POLL_S, check_alive, hung, stop_workers
 from hetrl.tracking.plots import go_board
 
 log = logging.getLogger("hetrl")
@@ -95,7 +95,7 @@ class SelfPlayScheduler:
                  gating_games: int, gating_win_rate: float, eval_games: int,
                  eval_readouts: int, eval_every: int = 1, ladder_games: int = 0,
                  ladder_simulations: tuple[int, ...] = (),
-                 wall_clock_s: float | None = None) -> None:
+                 wall_clock_s: float | None = None, worker_timeout_s: float = 600.0) -> None:
         self.workers, self.trainers = workers, trainers
         self.games_per_generation = games_per_generation
         self.concurrent_games = concurrent_games
@@ -106,6 +106,7 @@ class SelfPlayScheduler:
         self.eval_every = eval_every
         self.ladder_games, self.ladder_simulations = ladder_games, tuple(ladder_simulations)
         self.wall_clock_s = wall_clock_s
+        self.worker_timeout_s = worker_timeout_s
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         learner: AlphaZero = t.learner  # type: ignore[assignment]  # validate() ensures it
@@ -126,6 +127,8 @@ class SelfPlayScheduler:
             pool = _RayWorkerPool(self.workers, game, learner, t.seed, t.actors.address)
         elif self.workers > 0:
             pool = _WorkerPool(self.workers, game, learner, t.seed)
+        if pool is not None:
+            pool.stop, pool.timeout_s = t.stop, self.worker_timeout_s
         trainers = None
         if self.trainers > 1:
             trainers = DataParallelTrainers(self.trainers, learner, t.seed, window)
@@ -147,10 +150,12 @@ class SelfPlayScheduler:
                         records = play_games(
                             self.games_per_generation, self.concurrent_games, game,
                             evaluator(learner.best, game, learner.device), learner.search, rng,
-                            stats, max_positions=budget)
+                            stats, max_positions=budget, stop=t.stop)
                     else:
                         records = pool.play(self.games_per_generation, self.concurrent_games,
                                             budget, gen, stats)
+                if records is None or t.stop.is_set():  # played again on resume
+                    t.stop_if_requested(state)
                 selfplay_s = time.perf_counter() - start
                 moves = sum(len(r.moves) for r in records)
                 state.step += moves
@@ -341,6 +346,8 @@ class _Pool:
 
     n: int
     learner: AlphaZero
+    stop: Any = None  # the job's stop request: a generation's wait ends on it
+    timeout_s = 600.0  # selfplay.worker_timeout_s: a worker silent this long hangs
 
     def tasks(self, games: int, concurrent: int, budget: int,
               gen: int) -> list[tuple[int, int, int, int]]:
@@ -354,8 +361,12 @@ class _Pool:
         return dict.fromkeys(range(self.n), socket.gethostname())
 
     def play(self, games: int, concurrent: int, budget: int, gen: int,
-             stats: SearchStats) -> list[GameRecord]:
+             stats: SearchStats) -> list[GameRecord] | None:
+        """The generation's games; None when a stop came first (its workers are ended)."""
         raise NotImplementedError
+
+    def stopping(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
 
     def close(self) -> None:
         raise NotImplementedError
@@ -363,7 +374,7 @@ class _Pool:
 
 def _take(item: tuple[str, Any], records: list[GameRecord], stats: SearchStats) -> bool:
     """File a worker's message; whether it was its last of the generation."""
-    kind, payload = item
+    kind, payload = item[:2]  # a process worker adds its rank
     if kind == "game":
         records.append(payload)
         return False
@@ -388,23 +399,31 @@ class _WorkerPool(_Pool):
             p.start()
 
     def play(self, games: int, concurrent: int, budget: int, gen: int,
-             stats: SearchStats) -> list[GameRecord]:
+             stats: SearchStats) -> list[GameRecord] | None:
         weights = plain_state_dict(self.learner.best)
         for q, (gen, share, conc, budget_) in zip(self.queues,
                                                   self.tasks(games, concurrent, budget, gen)):
             q.put((gen, weights, share, conc, budget_))
         records: list[GameRecord] = []
-        done = 0
-        while done < self.n:
+        playing, heard = set(range(self.n)), time.monotonic()
+        while playing:
+            if self.stopping():
+                stop_workers(self.queues, self.procs, timeout=0)
+                return None
             try:
-                item = self.results.get(timeout=5)
+                item = self.results.get(timeout=POLL_S)
             except queue.Empty:
-                if dead := [rank for rank, p in enumerate(self.procs) if not p.is_alive()]:
-                    raise RuntimeError(f"self-play workers {dead} died") from None
+                check_alive(self.procs, "self-play worker")
+                if (silent := time.monotonic() - heard) > self.timeout_s:
+                    raise hung("self-play worker", [f"{r} (pid {self.procs[r].pid})"
+                                                    for r in sorted(playing)],
+                               silent, "selfplay.worker_timeout_s") from None
                 continue
+            heard = time.monotonic()
             if item[0] == "error":
                 raise RuntimeError(f"self-play worker failed:\n{item[1]}")
-            done += _take(item, records, stats)
+            if _take(item, records, stats):
+                playing.discard(item[2])
         return records
 
     def close(self) -> None:
@@ -441,8 +460,15 @@ class _RayWorkerPool(_Pool):
                    for handle, (gen_, share, conc, budget_)
                    in zip(self.handles, self.tasks(games, concurrent, budget, gen))]
         records: list[GameRecord] = []
+        heard = time.monotonic()
         while streams:
-            ready, _ = ray.wait(streams, num_returns=1)
+            if self.stopping():
+                return None  # close() kills the actors
+            ready, _ = ray.wait(streams, num_returns=1, timeout=POLL_S)
+            if not ready and (silent := time.monotonic() - heard) > self.timeout_s:
+                raise hung("self-play Ray actor", [str(self.handles[k]) for k in range(self.n)],
+                           silent, "selfplay.worker_timeout_s")
+            heard = time.monotonic() if ready else heard
             for stream in ready:
                 try:
                     ref = next(stream)
@@ -485,6 +511,6 @@ def _worker(rank: int, spec: dict, search: dict, seed: int, tasks: Any, results:
         worker = SelfPlayWorker(rank, spec, search, seed)
         while (task := tasks.get()) is not None:
             for item in worker.play(*task):
-                results.put(item)
+                results.put((*item, rank))
     except Exception:  # the loop reports it
         results.put(("error", traceback.format_exc()))
