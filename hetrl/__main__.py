@@ -11,6 +11,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from hetrl import CONF_DIR
+from hetrl.config.checks import check_inputs
 from hetrl.config.errors import ConfigError
 from hetrl.config.store import register
 from hetrl.faults import Fault, exit_on_stop
@@ -22,13 +23,15 @@ register()
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> dict:
-    from hetrl import experiment  # after Hydra parsed the command line: --help stays fast
-
     hydra_cfg = HydraConfig.get()
     runtime = hydra_cfg.runtime
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     tags = {JOB_NUM_TAG: str(hydra_cfg.job.num)} if multirun else {}
     try:
+        if not cfg.resume:  # before torch, MLflow and the envs are imported: fails fast
+            check_inputs(cfg, runtime.choices)
+        from hetrl import experiment  # after Hydra parsed the command line: --help stays fast
+
         return run_job(hydra_cfg, lambda: experiment.run(
             cfg, runtime.choices, Path(runtime.output_dir),
             overrides=list(hydra_cfg.overrides.task), tags=tags))

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hetrl import checkpoint
 from hetrl.build import Components, build, preflight
+from hetrl.config.checks import check_inputs
 from hetrl.config.errors import ConfigError, require, unwrapped
 from hetrl.envs.state import env_state, load_env_state
 from hetrl.evaluation import Evaluator, ptq_reward_error
@@ -61,7 +62,8 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
     choices = {**{group: choices[group] for group in GROUPS},
                "tuned": tuned if tuned in group_options("tuned") else "none"}
     name = "-".join(choices[g] for g in ("algo", "env", "platform", "precision")) + f"-s{cfg.seed}"
-    validate(cfg, choices)  # before anything is created: a rejected job leaves no run, no store
+    check_inputs(cfg, choices)  # before anything is created: a rejected job leaves no run, no store
+    validate(cfg, choices)
     preflight(cfg)  # likewise, for what only the platform and the env's spaces show
 
     with _stop_on_signals() as stop:  # before the run opens: a signal never strands it

@@ -74,7 +74,7 @@ def client_for(uri: str, experiment: str,
 
 
 SQLITE_BUSY_S = 60  # how long a sqlite connection waits for another writer's lock
-SERVER_WAIT_S = 10.0  # how long a tracking server that does not answer is retried
+SERVER_WAIT_S = 3.0  # how long a tracking server that does not answer is retried
 _SILENT: set[str] = set()  # servers that did not answer in this process: not waited for again
 
 
