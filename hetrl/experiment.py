@@ -20,7 +20,7 @@ from hetrl.config.checks import check_inputs
 from hetrl.config.errors import ConfigError, require, unwrapped
 from hetrl.envs.state import env_state, load_env_state
 from hetrl.evaluation import Evaluator, ptq_reward_error
-from hetrl.faults import Fault, Stopped, StopRequest
+from hetrl.faults import Fault, Stopped, StopRequest, StoreLost
 from hetrl.options import GROUPS, group_options, typed_config
 from hetrl.partition.planning import figures_json
 from hetrl.progress import TrainingProgress
@@ -202,7 +202,12 @@ def _train(
     progress = TrainingProgress(cfg.steps, state.step, name, counter=lambda: state.step)
 
     def report(step: int, metrics: dict[str, float], kind: Report) -> None:
-        tracker.log_metrics(metrics, step)
+        try:
+            tracker.log_metrics(metrics, step)
+        except StoreLost as lost:  # the job stops with a checkpoint: it goes on from there
+            path = save_checkpoint(state)
+            raise StoreLost(f"{lost}; the job stopped at step {step}, its checkpoint: "
+                            f"{_short(path)}") from None
         progress.update(step, metrics, kind)
 
     evaluate = (Evaluator(c.learner, partial(c.make_envs, n_envs=1), cfg.eval.episodes,

@@ -16,6 +16,10 @@ class Fault(RuntimeError):
     what to do."""
 
 
+class StoreLost(Fault):
+    """The job's tracking store vanished or was replaced while it ran."""
+
+
 class WorkerLost(Fault):
     """A worker process or actor died or stopped answering; the message names it (rank,
     pid, how it ended) and what to do."""
