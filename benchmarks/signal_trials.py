@@ -4,7 +4,8 @@ store creation, a running job (its loop, or its waits on actors and self-play wo
 between jobs, under the basic, joblib and submitit launchers.
 
 After each trial: exit 130 or 143 (0 if the sweep finished first), no run left RUNNING, the
-store opens and takes a new run, no process of the sweep left behind, and (with --resume) a
+store opens and takes a new run, no process of the sweep left behind, and (--resume: for that
+fraction of the trials) a
 stopped job's `resume=` goes on to FINISHED. Any other outcome fails the benchmark (exit 1).
 
     python benchmarks/signal_trials.py --trials 300 --seed 0   # the table of the closing note
@@ -274,7 +275,8 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--minutes", type=float, default=None, help="stop drawing after this")
-    parser.add_argument("--resume", action="store_true", help="resume each stopped job too")
+    parser.add_argument("--resume", type=float, default=0.0, metavar="FRACTION",
+                        help="resume this fraction of the stopped jobs (1: every one)")
     parser.add_argument("--ledger", action="store_true",
                         help="append the table to benchmarks/results/signal_trials.jsonl")
     parser.add_argument("--smoke", action="store_true", help="the CI-sized sample")
@@ -287,7 +289,8 @@ def main() -> int:
     for k, trial in enumerate(trials):
         if deadline is not None and time.monotonic() > deadline:
             break
-        outcome = run_trial(trial, rng, args.resume or (args.smoke and k == 0))
+        resume = rng.random() < args.resume or (args.smoke and k == 0)
+        outcome = run_trial(trial, rng, resume)
         results[trial.key][outcome] += 1
         print(f"{k + 1}. {trial.launcher} {trial.kind} {trial.moment} {trial.pattern}: {outcome}",
               flush=True)
