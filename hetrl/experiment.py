@@ -27,6 +27,7 @@ from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState, Report
 from hetrl.seeding import rng_states, set_rng_states
+from hetrl.stopping import SIGNALS
 from hetrl.tracking.base import REFERENCE_TAG, Tracker
 from hetrl.tracking.plots import device_labels, eps_heatmap, gantt, learning_curve
 from hetrl.tracking.reward_error import fp32_actors_key, numerics_key, reference_metrics
@@ -327,10 +328,9 @@ def _stop_on_signals() -> Iterator[StopRequest]:
         yield stop
         return
 
-    signals = (signal.SIGINT, signal.SIGTERM)
-    previous = {s: signal.signal(s, stop.request) for s in signals}
+    previous = {s: signal.signal(s, stop.request) for s in SIGNALS}
     masks = hasattr(signal, "pthread_sigmask")  # POSIX
-    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, signals) if masks else None
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS) if masks else None
 
     def restore() -> None:
         if masks:

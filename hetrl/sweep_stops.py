@@ -49,11 +49,11 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from hetrl.faults import Stopped
+from hetrl.stopping import SIGNALS
 
 log = logging.getLogger("hetrl")
 _noted: int | None = None  # a stop this worker took between jobs without blocking it
 
-SIGNALS = {signal.SIGINT, signal.SIGTERM}
 MARKER = "STOPPED"  # in the sweep dir: the signal that stopped the sweep
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 SLURM_LAUNCHER = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
