@@ -36,13 +36,13 @@ from common import ROOT, load_average
 
 LAUNCHERS = {"basic": [], "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
              "submitit": ["hydra/launcher=submitit_local"]}
-BASE = ["steps=600,1000000", "algo.learning_starts=100", "log_every=200",
-        "checkpoint_every=400", "platform.measure_layers=false", "tracking.system_metrics_s=0"]
-KINDS = {"dqn": ["algo=dqn", "algo.hidden=[16]"],
-         "pearl": ["algo=dqn", "algo.hidden=[16]", "scheduler=pearl", "actors.n=1"],
-         "actorq": ["algo=dqn", "algo.hidden=[16]", "scheduler=actorq", "actors.n=1"],
+BASE = ["steps=600,1000000", "log_every=200", "checkpoint_every=400",
+        "platform.measure_layers=false", "tracking.system_metrics_s=0"]
+DQN = ["algo=dqn", "algo.hidden=[16]", "algo.learning_starts=100"]
+KINDS = {"dqn": DQN, "pearl": [*DQN, "scheduler=pearl", "actors.n=1"],
+         "actorq": [*DQN, "scheduler=actorq", "actors.n=1"],
          "selfplay": ["algo=alphazero", "algo.width=8", "algo.blocks=1", "selfplay.workers=1",
-                      "algo.search.readouts=8", "selfplay.games_per_generation=64",
+                      "algo.search.readouts=8", "selfplay.games_per_generation=16",
                       "selfplay.eval_games=2", "selfplay.train_steps=2"]}
 MOMENTS = ("sweep_start", "store_creation", "running", "between_jobs")
 PATTERNS = ("SIGINT", "SIGTERM", "SIGINT x2", "SIGTERM x2", "forwarded")
@@ -221,10 +221,11 @@ def run_trial(trial: Trial, rng: random.Random, resume: bool) -> str:
         sweep, log = start(trial, folder)
         try:
             wait_for_moment(trial, sweep, log, rng)
-            if sweep.poll() is not None:
-                return "ok finished" if sweep.returncode == 0 else f"EXIT {sweep.returncode} early"
-            send(trial.pattern, sweep, rng)
-            outcome = check(sweep, log, resume)
+            if sweep.poll() is None:
+                send(trial.pattern, sweep, rng)
+                outcome = check(sweep, log, resume)
+            else:
+                outcome = "ok finished" if sweep.returncode == 0 else f"EXIT {sweep.returncode} early"
         finally:
             _kill_group(sweep.pid)
         if not outcome.startswith("ok"):

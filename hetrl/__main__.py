@@ -1,5 +1,9 @@
 """`python -m hetrl [group=option ...] [key=value ...]`: compose a config and run one job."""
 
+from hetrl.stopping import listen_early
+
+EARLY = listen_early()  # from the first moment: a stop before the job listens is noted too
+
 import logging
 import sys
 import traceback
@@ -14,7 +18,7 @@ from hetrl import CONF_DIR
 from hetrl.config.checks import check_inputs
 from hetrl.config.errors import ConfigError
 from hetrl.config.store import register
-from hetrl.faults import Fault, exit_on_stop
+from hetrl.faults import Fault, Stopped, exit_on_stop
 from hetrl.sweep_stops import run_job
 from hetrl.tracking.base import JOB_NUM_TAG
 
@@ -28,6 +32,8 @@ def main(cfg: DictConfig) -> dict:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     tags = {JOB_NUM_TAG: str(hydra_cfg.job.num)} if multirun else {}
     try:
+        if EARLY.is_set() and not multirun:  # while Hydra composed: nothing exists yet
+            raise Stopped(EARLY.signum)
         if not cfg.resume:  # before torch, MLflow and the envs are imported: fails fast
             check_inputs(cfg, runtime.choices)
         from hetrl import experiment  # after Hydra parsed the command line: --help stays fast

@@ -27,7 +27,7 @@ from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState, Report
 from hetrl.seeding import rng_states, set_rng_states
-from hetrl.stopping import SIGNALS
+from hetrl.stopping import SIGNALS, adopt
 from hetrl.tracking.base import REFERENCE_TAG, Tracker
 from hetrl.tracking.plots import device_labels, eps_heatmap, gantt, learning_curve
 from hetrl.tracking.reward_error import fp32_actors_key, numerics_key, reference_metrics
@@ -329,6 +329,7 @@ def _stop_on_signals() -> Iterator[StopRequest]:
         return
 
     previous = {s: signal.signal(s, stop.request) for s in SIGNALS}
+    stop.signals.extend(adopt(previous[signal.SIGINT]))  # noted while the job was made ready
     masks = hasattr(signal, "pthread_sigmask")  # POSIX
     mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS) if masks else None
 

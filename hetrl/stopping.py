@@ -16,6 +16,8 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
+from hetrl.faults import StopRequest
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -44,3 +46,22 @@ def redeliver(signum: int, handler: object) -> None:
         handler(signum, None)
     elif handler == signal.SIG_DFL:
         signal.raise_signal(signum)
+
+
+def listen_early() -> StopRequest:
+    """Note SIGINT and SIGTERM from now on (the first thing `python -m hetrl` does): a stop
+    that comes while Python imports and Hydra composes is read by the job or the sweep at
+    their first safe point (`adopt`), not the default action's death or a KeyboardInterrupt
+    in whatever code it lands in."""
+    early = StopRequest()
+    if threading.current_thread() is threading.main_thread():
+        for signum in SIGNALS:
+            signal.signal(signum, early.request)
+    return early
+
+
+def adopt(handler: object) -> list[int]:
+    """The signals noted so far by the listener whose method `handler` is (what
+    signal.signal returned when a later listener took over: the early one, a sweep's)."""
+    noted = getattr(getattr(handler, "__self__", None), "signals", None)
+    return list(noted) if isinstance(noted, list) else []

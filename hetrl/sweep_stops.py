@@ -49,7 +49,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from hetrl.faults import Stopped
-from hetrl.stopping import SIGNALS
+from hetrl.stopping import SIGNALS, adopt
 
 log = logging.getLogger("hetrl")
 _noted: int | None = None  # a stop this worker took between jobs without blocking it
@@ -230,6 +230,7 @@ class SweepStops(Callback):
         # remote: for a signal the kernel gives a thread that does not block it (one
         # started before); the listening thread acts on it
         self._handlers = {s: signal.signal(s, self.note) for s in SIGNALS}
+        self.signals.extend(adopt(self._handlers[signal.SIGINT]))  # came while Hydra started
         SweepStops.listening = self
         if not self.remote:
             return
