@@ -225,7 +225,8 @@ def run_trial(trial: Trial, rng: random.Random, resume: bool) -> str:
                 send(trial.pattern, sweep, rng)
                 outcome = check(sweep, log, resume)
             else:
-                outcome = "ok finished" if sweep.returncode == 0 else f"EXIT {sweep.returncode} early"
+                code = sweep.returncode
+                outcome = "ok finished" if code == 0 else f"EXIT {code} early"
         finally:
             _kill_group(sweep.pid)
         if not outcome.startswith("ok"):

@@ -21,8 +21,9 @@ dies; submitit's local controller SIGKILLs its tasks a second after a Ctrl-C). S
   opens. Threads a job leaves behind (torch's, MLflow's) do not block them: one such a thread
   takes between two jobs is handed to the main thread, where it waits in the same way.
 - The listening thread acts on a stop (a handler in the main thread only notes one the
-  kernel gave a thread that did not block it): the launching process writes STOPPED in the sweep dir (a job reads it before it
-  starts: one the stop did not reach does not run either) and sends SIGTERM to each process
+  kernel gave a thread that did not block it): the launching process writes STOPPED in the
+  sweep dir (a job reads it before it starts: one the stop did not reach does not run
+  either) and sends SIGTERM to each process
   that runs the launcher's jobs; a running job checkpoints and ends its run KILLED. A stopped
   job returns (`run_job`), so the launcher collects it and waits for the others rather than
   killing their processes; then the sweep's parent run ends KILLED, listing the jobs that

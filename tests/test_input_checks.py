@@ -84,7 +84,8 @@ def test_a_platform_file_without_devices_fails_fast_without_torch_or_a_store(tmp
     (tmp_path / "conf" / "platform" / "mine.yaml").write_text(PLATFORM_WITHOUT_DEVICES)
     out = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "hetrl", "platform=mine",
-         f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"tracking.uri={tracking_uri(tmp_path)}"],
+         f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+         f"tracking.uri={tracking_uri(tmp_path)}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 1, out.stderr[-3000:]
     (line,) = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
