@@ -42,8 +42,11 @@ DQN = ["algo=dqn", "algo.hidden=[16]", "algo.learning_starts=100"]
 KINDS = {"dqn": DQN, "pearl": [*DQN, "scheduler=pearl", "actors.n=1"],
          "actorq": [*DQN, "scheduler=actorq", "actors.n=1"],
          "selfplay": ["algo=alphazero", "algo.width=8", "algo.blocks=1", "selfplay.workers=1",
-                      "algo.search.readouts=8", "selfplay.games_per_generation=16",
+                      "algo.search.readouts=4", "selfplay.games_per_generation=8",
                       "selfplay.eval_games=2", "selfplay.train_steps=2"]}
+# self-play's worker processes (multiprocessing's spawn) cannot start inside a loky worker:
+# the child is told to use the parent's start method, "loky", which it does not know
+UNSUPPORTED = {("joblib", "selfplay")}
 MOMENTS = ("sweep_start", "store_creation", "running", "between_jobs")
 PATTERNS = ("SIGINT", "SIGTERM", "SIGINT x2", "SIGTERM x2", "forwarded")
 EXIT_S = 120  # a sweep not gone this long after the signal hangs
@@ -241,8 +244,13 @@ def sample(rng: random.Random, n: int) -> list[Trial]:
 
     launchers = [name for name in LAUNCHERS if name != "submitit"
                  or importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher")]
-    return [Trial(rng.choice(launchers), rng.choice(list(KINDS)), rng.choice(MOMENTS),
-                  rng.choice(PATTERNS)) for _ in range(n)]
+    trials = []
+    while len(trials) < n:
+        trial = Trial(rng.choice(launchers), rng.choice(list(KINDS)), rng.choice(MOMENTS),
+                      rng.choice(PATTERNS))
+        if (trial.launcher, trial.kind) not in UNSUPPORTED:
+            trials.append(trial)
+    return trials
 
 
 def table(results: dict[tuple, Counter]) -> str:
@@ -283,6 +291,9 @@ def main() -> int:
                         help="append the table to benchmarks/results/signal_trials.jsonl")
     parser.add_argument("--smoke", action="store_true", help="the CI-sized sample")
     args = parser.parse_args()
+    # the sweeps get Ctrl-C's default action, as from a terminal (a shell starts a background
+    # job with SIGINT ignored, and an ignored signal stays ignored across exec)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     rng = random.Random(args.seed)
     trials = [Trial(*spec) for spec in SMOKE] if args.smoke else sample(rng, args.trials)
     print(f"{len(trials)} signal trials; {load_average()}")
