@@ -2,25 +2,27 @@
 
 from hetrl.stopping import listen_early
 
-EARLY = listen_early()  # from the first moment: a stop before the job listens is noted too
+# python -m hetrl notes a stop from its first line, before the job or the sweep listens (the
+# `hetrl` script from cli()); imported as a library, it leaves the signals alone
+EARLY = listen_early() if __name__ == "__main__" else None
 
-import logging
-import sys
-import traceback
-from pathlib import Path
+import logging  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from hydra.types import RunMode  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
 
-from hetrl import CONF_DIR
-from hetrl.config.checks import check_inputs
-from hetrl.config.errors import ConfigError
-from hetrl.config.store import register
-from hetrl.faults import Fault, Stopped, exit_on_stop
-from hetrl.sweep_stops import run_job
-from hetrl.tracking.base import JOB_NUM_TAG
+from hetrl import CONF_DIR  # noqa: E402
+from hetrl.config.checks import check_inputs  # noqa: E402
+from hetrl.config.errors import ConfigError  # noqa: E402
+from hetrl.config.store import register  # noqa: E402
+from hetrl.faults import Fault, Stopped, exit_on_stop  # noqa: E402
+from hetrl.sweep_stops import run_job  # noqa: E402
+from hetrl.tracking.base import JOB_NUM_TAG  # noqa: E402
 
 register()
 
@@ -32,7 +34,7 @@ def main(cfg: DictConfig) -> dict:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     tags = {JOB_NUM_TAG: str(hydra_cfg.job.num)} if multirun else {}
     try:
-        if EARLY.is_set() and not multirun:  # while Hydra composed: nothing exists yet
+        if EARLY is not None and EARLY.is_set() and not multirun:  # nothing exists yet
             raise Stopped(EARLY.signum)
         if not cfg.resume:  # before torch, MLflow and the envs are imported: fails fast
             check_inputs(cfg, runtime.choices)
@@ -62,6 +64,8 @@ def _to_log_files(text: str) -> None:
 def cli() -> None:
     """Run `main`; a stop by Ctrl-C or SIGTERM exits 130 or 143 with one line saying how to go
     on, not a traceback."""
+    global EARLY
+    EARLY = EARLY or listen_early()
     exit_on_stop(main)
 
 
