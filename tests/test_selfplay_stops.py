@@ -81,3 +81,19 @@ def test_a_hung_worker_is_named_after_selfplay_worker_timeout_s(tmp_path: Path):
     assert time.monotonic() - start < 60
     for worker in _workers():
         worker.kill()
+
+
+def test_a_dead_worker_is_named_at_once_with_its_exit_code():
+    """As a data-parallel trainer rank is waited for: not after the 600 s timeout."""
+    import multiprocessing as mp
+
+    from hetrl.scheduler.workers import next_answer
+
+    ctx = mp.get_context("fork")
+    answers, dead = ctx.Queue(), ctx.Process(target=os._exit, args=(3,))
+    dead.start()
+    dead.join()
+    start = time.monotonic()
+    with pytest.raises(WorkerLost, match=rf"trainer rank 1 \(pid {dead.pid}, exit code 3\) died"):
+        next_answer(answers, [dead], "trainer rank", 600, first_rank=1)
+    assert time.monotonic() - start < 2

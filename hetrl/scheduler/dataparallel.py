@@ -40,7 +40,7 @@ from hetrl.replay.window import Generation, GenerationWindow
 from hetrl.runtime import configure_torch
 from hetrl.scheduler.state import LoopState
 from hetrl.scheduler.updates import Updates
-from hetrl.scheduler.workers import stop_workers
+from hetrl.scheduler.workers import next_answer, stop_workers
 
 
 def rendezvous_file() -> str:
@@ -166,8 +166,9 @@ class DataParallelTrainers:
             q.put(("train", steps, learner.updates))
         with learner.trained_through(self.ddp):
             yield
-        for _ in self.procs:
-            kind, payload = self.outbox.get(timeout=600)
+        for _ in self.procs:  # ranks 1..: a dead one is named at once
+            kind, payload = next_answer(self.outbox, self.procs, "data-parallel trainer rank",
+                                        600, first_rank=1)
             if kind != "done":
                 raise RuntimeError(f"trainer rank failed:\n{payload}")
         self.comm = self.allreduce.take()
