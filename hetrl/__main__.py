@@ -1,34 +1,45 @@
 """`python -m hetrl [group=option ...] [key=value ...]`: compose a config and run one job."""
 
-import logging
-import sys
-import traceback
-from pathlib import Path
+from hetrl.stopping import listen_early
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig
+# python -m hetrl notes a stop from its first line, before the job or the sweep listens (the
+# `hetrl` script from cli()); imported as a library, it leaves the signals alone
+EARLY = listen_early() if __name__ == "__main__" else None
 
-from hetrl import CONF_DIR
-from hetrl.config.errors import ConfigError
-from hetrl.config.store import register
-from hetrl.faults import Fault, exit_on_stop
-from hetrl.sweep_stops import run_job
-from hetrl.tracking.base import JOB_NUM_TAG
+import logging  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from hydra.types import RunMode  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from hetrl import CONF_DIR  # noqa: E402
+from hetrl.config.checks import check_inputs  # noqa: E402
+from hetrl.config.errors import ConfigError  # noqa: E402
+from hetrl.config.store import register  # noqa: E402
+from hetrl.faults import Fault, Stopped, exit_on_stop  # noqa: E402
+from hetrl.sweep_stops import run_job  # noqa: E402
+from hetrl.tracking.base import JOB_NUM_TAG  # noqa: E402
 
 register()
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> dict:
-    from hetrl import experiment  # after Hydra parsed the command line: --help stays fast
-
     hydra_cfg = HydraConfig.get()
     runtime = hydra_cfg.runtime
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     tags = {JOB_NUM_TAG: str(hydra_cfg.job.num)} if multirun else {}
     try:
+        if EARLY is not None and EARLY.is_set() and not multirun:  # nothing exists yet
+            raise Stopped(EARLY.signum)
+        if not cfg.resume:  # before torch, MLflow and the envs are imported: fails fast
+            check_inputs(cfg, runtime.choices)
+        from hetrl import experiment  # after Hydra parsed the command line: --help stays fast
+
         return run_job(hydra_cfg, lambda: experiment.run(
             cfg, runtime.choices, Path(runtime.output_dir),
             overrides=list(hydra_cfg.overrides.task), tags=tags))
@@ -53,6 +64,8 @@ def _to_log_files(text: str) -> None:
 def cli() -> None:
     """Run `main`; a stop by Ctrl-C or SIGTERM exits 130 or 143 with one line saying how to go
     on, not a traceback."""
+    global EARLY
+    EARLY = EARLY or listen_early()
     exit_on_stop(main)
 
 

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hetrl.actors.base import Actors
 from hetrl.algos.base import Learner
+from hetrl.config.checks import env_errors
 from hetrl.config.errors import ConfigError, unwrapped
 from hetrl.partition.costs import Plan
 from hetrl.planning import StepPlan, plan_measured_step, plan_step
@@ -104,7 +105,8 @@ def preflight(cfg: DictConfig) -> None:
     try:
         with unwrapped(ConfigError):
             instantiate(cfg.platform)
-            envs = env_maker(cfg)(n_envs=1)
+            with env_errors(cfg):  # an unknown env id or kwarg: the config's
+                envs = env_maker(cfg)(n_envs=1)
             try:
                 check_replay_memory(cfg, **spaces(envs))
             finally:

@@ -16,15 +16,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from hetrl import checkpoint
 from hetrl.build import Components, build, preflight
+from hetrl.config.checks import check_inputs
 from hetrl.config.errors import ConfigError, require, unwrapped
 from hetrl.envs.state import env_state, load_env_state
 from hetrl.evaluation import Evaluator, ptq_reward_error
-from hetrl.faults import Fault, Stopped, StopRequest
+from hetrl.faults import Fault, Stopped, StopRequest, StoreLost
 from hetrl.options import GROUPS, group_options, typed_config
 from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState, Report
 from hetrl.seeding import rng_states, set_rng_states
+from hetrl.stopping import SIGNALS, adopt
 from hetrl.tracking.base import REFERENCE_TAG, Tracker
 from hetrl.tracking.artifacts import log_learning_curve, log_plan
 from hetrl.tracking.reward_error import fp32_actors_key, numerics_key, reference_metrics
@@ -60,7 +62,8 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
     choices = {**{group: choices[group] for group in GROUPS},
                "tuned": tuned if tuned in group_options("tuned") else "none"}
     name = "-".join(choices[g] for g in ("algo", "env", "platform", "precision")) + f"-s{cfg.seed}"
-    validate(cfg, choices)  # before anything is created: a rejected job leaves no run, no store
+    check_inputs(cfg, choices)  # before anything is created: a rejected job leaves no run, no store
+    validate(cfg, choices)
     preflight(cfg)  # likewise, for what only the platform and the env's spaces show
 
     with _stop_on_signals() as stop:  # before the run opens: a signal never strands it
@@ -201,7 +204,12 @@ def _train(
     progress = TrainingProgress(cfg.steps, state.step, name, counter=lambda: state.step)
 
     def report(step: int, metrics: dict[str, float], kind: Report) -> None:
-        tracker.log_metrics(metrics, step)
+        try:
+            tracker.log_metrics(metrics, step)
+        except StoreLost as lost:  # the job stops with a checkpoint: it goes on from there
+            path = save_checkpoint(state)
+            raise StoreLost(f"{lost}; the job stopped at step {step}, its checkpoint: "
+                            f"{_short(path)}") from None
         progress.update(step, metrics, kind)
 
     evaluate = (Evaluator(c.learner, partial(c.make_envs, n_envs=1), cfg.eval.episodes,
@@ -273,33 +281,34 @@ def _save_checkpoint(path: Path, cfg: DictConfig, choices: Mapping[str, str],
 
 @contextmanager
 def _stop_on_signals() -> Iterator[StopRequest]:
-    """SIGINT/SIGTERM ask the loop to stop at the next step (after a checkpoint);
-    a second Ctrl-C interrupts at once. A process that runs a sweep's jobs blocks them
-    between jobs (hetrl.sweep_stops); they are unblocked here, so one sent meanwhile
-    arrives now and the job stops before it begins."""
+    """SIGINT/SIGTERM ask the loop to stop at the next step (after a checkpoint): the handler
+    only notes the signal (StopRequest.request), the loop and its waits read it. A process
+    that runs a sweep's jobs blocks them between jobs (hetrl.sweep_stops); they are unblocked
+    here, so one sent meanwhile arrives now and the job stops before it begins."""
     stop = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
 
-    def request_stop(signum: int, frame: object) -> None:
-        stopping = stop.is_set()
-        stop.request(signum)  # a second Ctrl-C raises here
-        if not stopping:
-            log.warning("%s: stopping at the next step, after a checkpoint",
-                        signal.Signals(signum).name)
-
-    signals = (signal.SIGINT, signal.SIGTERM)
-    previous = {s: signal.signal(s, request_stop) for s in signals}
+    previous = {s: signal.signal(s, stop.request) for s in SIGNALS}
+    stop.signals.extend(adopt(previous[signal.SIGINT]))  # noted while the job was made ready
     masks = hasattr(signal, "pthread_sigmask")  # POSIX
-    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, signals) if masks else None
-    try:
-        yield stop
-    finally:
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS) if masks else None
+
+    def restore() -> None:
         if masks:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+    try:
+        yield stop
+    except BaseException:
+        restore()
+        raise
+    restore()
+    if stop.is_set() and callable(handler := previous[stop.signum]):
+        handler(stop.signum, None)  # the job finished first: the sweep's stop goes on
 
 
 PLATFORM_TABLES = ("devices", "links", "baselines")

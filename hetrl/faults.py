@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
+import time
 from typing import Callable
 
 
@@ -16,31 +16,71 @@ class Fault(RuntimeError):
     what to do."""
 
 
-class StopRequest(threading.Event):
-    """Set by a signal handler: the loop checkpoints and stops at its next step boundary.
-    `signum` is the signal that asked (SIGINT for Ctrl-C, SIGTERM)."""
+class StoreLost(Fault):
+    """The job's tracking store vanished or was replaced while it ran."""
 
-    signum: int = signal.SIGINT
-    ctrl_cs: int = 0  # SIGINTs received
 
-    def request(self, signum: int) -> None:
-        """The first signal asks the stop (and names it); a later SIGINT is a second Ctrl-C,
-        raised as KeyboardInterrupt: stop at once. A SIGTERM before it does not count as a
-        Ctrl-C: a sweep's launching process sends one to its jobs when Ctrl-C reaches it, and
-        may do so before the Ctrl-C reaches them."""
-        if signum == signal.SIGINT:
-            self.ctrl_cs += 1
-            if self.ctrl_cs > 1:
-                raise KeyboardInterrupt
-        if not self.is_set():
-            self.signum = signum
-            self.set()
+class WorkerLost(Fault):
+    """A worker process or actor died or stopped answering; the message names it (rank,
+    pid, how it ended) and what to do."""
+
+
+def exit_words(code: int | None) -> str:
+    """How a process ended, from its exit code (negative: the signal that killed it)."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class StopRequest:
+    """A stop asked by a signal (SIGINT for Ctrl-C, SIGTERM): the loop checkpoints and stops
+    at its next step boundary; every wait polls it (`is_set`, `wait`).
+
+    `request` is the signal handler, and does nothing but note which signal came: a handler
+    runs between two bytecodes of the main thread, wherever that is, so it takes no lock (a
+    `threading.Event.set` there deadlocked on the lock its interrupted first call held),
+    logs nothing and raises nothing (an exception lands in whatever code it interrupted:
+    a weakref callback swallowed one, schema creation died of another). A list's append is
+    one bytecode and lock-free; a second, doubled or forwarded signal only lengthens it."""
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []  # every signal received, first first
+
+    def request(self, signum: int, frame: object = None) -> None:
+        self.signals.append(signum)
+
+    def set(self, signum: int = signal.SIGINT) -> None:
+        """Ask the stop from code (as a signal would)."""
+        self.signals.append(signum)
+
+    def is_set(self) -> bool:
+        return bool(self.signals)
+
+    @property
+    def signum(self) -> int:
+        """The signal that asked first (SIGINT when none has)."""
+        return self.signals[0] if self.signals else signal.SIGINT
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until the stop is asked or `timeout` s passed (polled: no lock to take)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.signals:
+            left = 0.02 if deadline is None else min(0.02, deadline - time.monotonic())
+            if left <= 0:
+                break
+            time.sleep(left)
+        return bool(self.signals)
 
 
 class Stopped(KeyboardInterrupt):
     """A stop on request (Ctrl-C, SIGTERM): the loop stopped at a step boundary after a
-    checkpoint (`step`; `job_dir` holds it once the job knows where it is), or a sweep
-    stopped between its jobs (`step` None)."""
+    checkpoint (`step`; `job_dir` holds it once the job knows where it is), or before the
+    job's run opened (`step` None)."""
 
     def __init__(self, signum: int, step: int | None = None, job_dir: str | None = None) -> None:
         super().__init__(signum, step)
@@ -58,8 +98,7 @@ class Stopped(KeyboardInterrupt):
         the job's `resume=`)."""
         name = signal.Signals(self.signum).name
         if self.step is None:
-            return (f"stopped by {name} between two jobs of the sweep; its parent run ends "
-                    "KILLED, its summary lists the jobs that did not run")
+            return f"stopped by {name} before the job's run opened: nothing of it was recorded"
         text = f"stopped at step {self.step} by {name}, after a checkpoint"
         if go_on is None and self.job_dir is not None:
             go_on = f"python -m hetrl resume={self.job_dir}"
@@ -75,6 +114,7 @@ def exit_on_stop(main: Callable[[], object], go_on: str | None = None) -> None:
         print(stopped.describe(go_on), file=sys.stderr)
         sys.exit(stopped.exit_code)
     except KeyboardInterrupt:
-        print("interrupted (a second Ctrl-C): the last checkpoint, if any, is where "
-              "`resume=` goes on", file=sys.stderr)
+        print("interrupted by Ctrl-C outside a job's loop (while starting or ending): no run "
+              "is left open; the last checkpoint, if any, is where `resume=` goes on",
+              file=sys.stderr)
         sys.exit(130)

@@ -1,8 +1,11 @@
 """Stops (Ctrl-C, SIGTERM) that reach every job of a sweep, whichever launcher runs it.
 
-Under Hydra's basic launcher the jobs run in this process one after another: a signal during
-a job is the job's (hetrl.experiment checkpoints it and ends its run KILLED), one between two
-jobs raises `Stopped` here, and the sweep ends there.
+Every handler here only notes the signal (a handler runs wherever the main thread is: one
+that raised or took a lock stranded runs and stores); the sweep reads the note at its safe
+points. Under Hydra's basic launcher the jobs run in this process one after another: a
+signal during a job is the job's (hetrl.experiment checkpoints it and ends its run KILLED),
+one between two jobs stops the next as it begins (`run_job` raises `Stopped` there), and the
+sweep ends there; one after the last job changes nothing.
 
 A launcher that runs jobs in other processes (joblib's loky workers, submitit's tasks) needs
 more: the launching process must wait for its jobs to stop, and no process of the launcher
@@ -17,8 +20,10 @@ dies; submitit's local controller SIGKILLs its tasks a second after a Ctrl-C). S
   to its process between two jobs arrives as the next job begins, which stops before its run
   opens. Threads a job leaves behind (torch's, MLflow's) do not block them: one such a thread
   takes between two jobs is handed to the main thread, where it waits in the same way.
-- On a stop the launching process writes STOPPED in the sweep dir (a job reads it before it
-  starts: one the stop did not reach does not run either) and sends SIGTERM to each process
+- The listening thread acts on a stop (a handler in the main thread only notes one the
+  kernel gave a thread that did not block it): the launching process writes STOPPED in the
+  sweep dir (a job reads it before it starts: one the stop did not reach does not run
+  either) and sends SIGTERM to each process
   that runs the launcher's jobs; a running job checkpoints and ends its run KILLED. A stopped
   job returns (`run_job`), so the launcher collects it and waits for the others rather than
   killing their processes; then the sweep's parent run ends KILLED, listing the jobs that
@@ -45,11 +50,11 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from hetrl.faults import Stopped
+from hetrl.stopping import SIGNALS, adopt
 
 log = logging.getLogger("hetrl")
 _noted: int | None = None  # a stop this worker took between jobs without blocking it
 
-SIGNALS = {signal.SIGINT, signal.SIGTERM}
 MARKER = "STOPPED"  # in the sweep dir: the signal that stopped the sweep
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 SLURM_LAUNCHER = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
@@ -71,6 +76,14 @@ class SweepStopped(Stopped):
                 "checkpointed and ended KILLED, the others did not start; its parent run ends "
                 "KILLED, its summary lists them. Go on with a job: "
                 f"python -m hetrl resume={self.sweep_dir}/<job number>")
+
+
+class StoppedBetweenJobs(Stopped):
+    """A sweep under the basic launcher stopped between two of its jobs."""
+
+    def describe(self, go_on: str | None = None) -> str:
+        return (f"stopped by {signal.Signals(self.signum).name} between two jobs of the sweep; "
+                "its parent run ends KILLED, its summary lists the jobs that did not run")
 
 
 def stopped_by(sweep_dir: str | Path) -> int | None:
@@ -98,12 +111,17 @@ def run_job(hydra_cfg: DictConfig, run: Callable[[], dict]) -> dict | None:
     the sweep's stop reached before it began does not start, and a stopped job returns what
     stopped it: an exception would make joblib kill the workers of the jobs still stopping."""
     if not remote(hydra_cfg):
+        sweep = SweepStops.listening
+        if sweep is not None and sweep.signum is not None and not sweep.remote:
+            sweep.mark()  # a stop between two jobs: this one does not begin
+            sweep.release()
+            raise StoppedBetweenJobs(sweep.signum)
         return run()
     if (signum := stopped_by(hydra_cfg.sweep.dir) or _noted) is not None:
         log.warning("not started: the sweep was stopped by %s before this job began",
                     signal.Signals(signum).name)
         return {"stopped": signal.Signals(signum).name, "step": None}
-    if (sweep := SweepStops.listening) is not None:  # a job in the launching process itself
+    if (sweep := SweepStops.listening) is not None and sweep.remote:  # a job in this process
         sweep.job_here = True
         try:
             return run()  # a stop ends the sweep here
@@ -118,10 +136,6 @@ def run_job(hydra_cfg: DictConfig, run: Callable[[], dict]) -> dict | None:
                     f"not started: the sweep was stopped by "
                     f"{signal.Signals(stopped.signum).name} before this job began")
         return {"stopped": signal.Signals(stopped.signum).name, "step": stopped.step}
-    except KeyboardInterrupt:  # a second Ctrl-C: the job stopped at once, its run KILLED
-        log.warning("interrupted (a second Ctrl-C): the last checkpoint, if any, is where "
-                    "`resume=` goes on")
-        return {"stopped": "SIGINT", "step": None}
 
 
 def _to_main_thread(signum: int, frame: object) -> None:
@@ -184,7 +198,7 @@ class SweepStops(Callback):
     def __init__(self) -> None:
         self.sweep_dir = ""
         self.remote = False
-        self.signum: int | None = None  # the first signal that stopped the sweep
+        self.signals: list[int] = []  # every stop signal the sweep got, first first
         self._handlers: dict[int, Any] = {}
         self._mask: set | None = None  # the launching thread's signal mask before the sweep
         self._listener: threading.Thread | None = None
@@ -194,7 +208,16 @@ class SweepStops(Callback):
     def __getstate__(self) -> dict:
         """A launcher pickles Hydra's callbacks into its workers: none of this process's
         signal state goes with them."""
-        return dict(self.__dict__, _handlers={}, _mask=None, _listener=None)
+        return dict(self.__dict__, _handlers={}, _mask=None, _listener=None, signals=[])
+
+    @property
+    def signum(self) -> int | None:
+        """The first signal that stopped the sweep; None while none did."""
+        return self.signals[0] if self.signals else None
+
+    def note(self, signum: int, frame: object = None) -> None:
+        """The signal handler: notes the stop, nothing more (the sweep acts at safe points)."""
+        self.signals.append(signum)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -205,37 +228,40 @@ class SweepStops(Callback):
         self.remote = runs_elsewhere(launcher)
         if launcher.get("_target_") == SLURM_LAUNCHER:
             self.slurm_folder = str(launcher.submitit_folder)
+        # remote: for a signal the kernel gives a thread that does not block it (one
+        # started before); the listening thread acts on it
+        self._handlers = {s: signal.signal(s, self.note) for s in SIGNALS}
+        self.signals.extend(adopt(self._handlers[signal.SIGINT]))  # came while Hydra started
+        SweepStops.listening = self
         if not self.remote:
-            self._handlers = {s: signal.signal(s, self._stop_between_jobs) for s in SIGNALS}
             return
-        # also for a signal delivered to a thread that does not block it (started before)
-        self._handlers = {s: signal.signal(s, self._stop_jobs) for s in SIGNALS}
         self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
         self._listener = threading.Thread(target=self._listen, name="hetrl-sweep-stops",
                                           daemon=True)
         self._listener.start()
-        SweepStops.listening = self
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self._release()
-        if self.signum is not None:
+        self.release()
+        if self.signum is None:
+            return
+        if stopped_by(self.sweep_dir) is not None:  # the listener acted on it
             raise SweepStopped(self.signum, self.sweep_dir)
+        log.warning("%s came as the sweep's last job ended: it had finished, nothing was "
+                    "left to stop", signal.Signals(self.signum).name)
 
     def _listen(self) -> None:
+        acted = 0  # the signals acted on: each new one asks the job processes again
         while self._listener is not None:
             found = signal.sigtimedwait(SIGNALS, 0.2)
             if found is not None:
-                self._stop_jobs(found.si_signo)
+                self.note(found.si_signo)
+            if len(self.signals) > acted:
+                self._stop_jobs(first=acted == 0)
+                acted = len(self.signals)
 
-    def _stop_between_jobs(self, signum: int, frame: object) -> None:
-        """Basic launcher: a signal between two jobs (a job's loop installs its own)."""
-        self._mark(signum)
-        raise Stopped(signum)
-
-    def _stop_jobs(self, signum: int, frame: object = None) -> None:
+    def _stop_jobs(self, first: bool) -> None:
         """Mark the sweep stopped, then ask every job process to stop."""
-        first = self.signum is None
-        self._mark(signum)
+        self.mark()
         asked = 0
         for process in job_processes():
             try:
@@ -251,25 +277,26 @@ class SweepStops(Callback):
         if first:
             log.warning("%s: stopping the sweep: its running jobs stop after a checkpoint, the "
                         "others do not start (%d job processes asked)",
-                        signal.Signals(signum).name, asked)
+                        signal.Signals(self.signum).name, asked)
 
-    def _mark(self, signum: int) -> None:
-        if self.signum is not None:
+    def mark(self) -> None:
+        """Write STOPPED in the sweep dir (once), naming the first signal."""
+        marker = Path(self.sweep_dir, MARKER)
+        if marker.exists():
             return
-        self.signum = signum
         Path(self.sweep_dir).mkdir(parents=True, exist_ok=True)
-        Path(self.sweep_dir, MARKER).write_text(
-            f"{signal.Signals(signum).name}\nThis sweep was stopped: its running jobs "
+        marker.write_text(
+            f"{signal.Signals(self.signum).name}\nThis sweep was stopped: its running jobs "
             "checkpointed and ended KILLED; the jobs that had not started did not run.\n")
 
-    def _release(self) -> None:
+    def release(self) -> None:
         """Give the launching process its signals back (after the sweep's jobs are done)."""
         listener, self._listener = self._listener, None
         SweepStops.listening = None
         if listener is not None:
             listener.join()
-        if self._mask is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)  # a pending one: _stop_jobs
+        if self._mask is not None:  # a signal pending now goes to `note`
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
             self._mask = None
         for sig, handler in self._handlers.items():
             signal.signal(sig, handler)

@@ -96,7 +96,7 @@ def _check_finite(tree: Any, key: str = "") -> None:
             _check_finite(value, f"{key}.{name}" if key else str(name))
     elif isinstance(tree, list):
         for i, value in enumerate(tree):
-            _check_finite(value, f"{key}[{i}]")
+            _check_finite(value, f"{key}.{i}")  # as a command line sets it: links.0.bw=...
     elif isinstance(tree, float) and not math.isfinite(tree):
         raise ConfigError(f"{key}={tree!r} is invalid: valid values are finite numbers")
 

@@ -117,7 +117,7 @@ def test_process_actors_stop_on_sigterm(tmp_path):
     with log.open("w") as output:
         job = subprocess.Popen(
             [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}",
-             "scheduler=actorq", "actors.n=1", "actors.pull_every=50", "steps=10000000",
+             f"scheduler={scheduler}", "actors.n=1", "actors.pull_every=50", "steps=10000000",
              "algo.learning_starts=100", "algo.hidden=[16]", "log_every=100",
              "platform.measure_layers=false"],
             cwd=tmp_path, stdout=output, stderr=output,
@@ -243,26 +243,29 @@ def _actor_pids(marker: str, job: int) -> list[int]:
             and b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
 
-@pytest.mark.parametrize(("signum", "timeout_s"), [(signal.SIGSTOP, 5), (signal.SIGSTOP, 600),
-                                                   (signal.SIGKILL, 600)])
-def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, signum, timeout_s):
+@pytest.mark.parametrize(("scheduler", "signum", "timeout_s"), [
+    ("actorq", signal.SIGSTOP, 5), ("actorq", signal.SIGSTOP, 600), ("actorq", signal.SIGKILL, 600),
+    ("pearl", signal.SIGSTOP, 600)])
+def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, scheduler, signum,
+                                                                   timeout_s):
     """An actor stopped by SIGSTOP: after actors.timeout_s the run ends FAILED naming it;
-    before that a SIGTERM stops the job (KILLED) instead of waiting forever. An actor killed
-    outright fails the run in seconds. No process outlives the job."""
+    before that a SIGTERM stops the job (KILLED) instead of waiting forever, under ActorQ and
+    PEARL alike. An actor killed outright fails the run in seconds, in one line naming it.
+    No process outlives the job."""
     marker = f"actorq-{uuid.uuid4()}"
     log = tmp_path / "output.txt"
     pids: list[int] = []
     with log.open("w") as output:
         job = subprocess.Popen(
             [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}",
-             "scheduler=actorq", "actors.n=1", "actors.pull_every=50", "steps=10000000",
+             f"scheduler={scheduler}", "actors.n=1", "actors.pull_every=50", "steps=10000000",
              "algo.learning_starts=100", "algo.hidden=[16]", "log_every=100",
              "platform.measure_layers=false", f"actors.timeout_s={timeout_s}"],
             cwd=tmp_path, stdout=output, stderr=output,
             env={**os.environ, "HETRL_TEST_MARKER": marker})
         try:
             deadline = time.monotonic() + 120
-            while "step 100/" not in log.read_text() and time.monotonic() < deadline:
+            while "/10000000 return" not in log.read_text() and time.monotonic() < deadline:
                 time.sleep(0.5)  # the actor has delivered its first transitions
             pids = _actor_pids(marker, job.pid)
             assert len(pids) == 1, log.read_text()[-3000:]
@@ -282,7 +285,8 @@ def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, sig
     (run,) = mlflow_runs(tmp_path)
     if signum == signal.SIGKILL:
         assert code == 1 and run.info.status == "FAILED", text[-3000:]
-        assert "actor 0 exited (code -9)" in text and waited < 30
+        assert f"error: actor 0 (pid {pids[0]}) died, killed by SIGKILL" in text, text[-3000:]
+        assert "Traceback" not in text and waited < 30
     elif timeout_s == 600:
         assert code == 143 and run.info.status == "KILLED", text[-3000:]
         assert waited < 30

@@ -12,12 +12,17 @@ from hetrl.actors.base import Acting, Actors
 from hetrl.actors.weights import QuantizeOn
 from hetrl.actors.worker import Chunk
 from hetrl.algos.base import Learner
+from hetrl.faults import WorkerLost
 
 WAIT_SLICE_S = 0.25  # a blocking wait looks at the stop request and the timeout this often
 
 
 class ActorError(RuntimeError):
     """An actor failed; the message holds its traceback."""
+
+
+class ActorLost(ActorError, WorkerLost):
+    """An actor died or hangs: said in one line (who, how it ended, what to do)."""
 
 
 class ActorPool(Actors):
@@ -60,7 +65,7 @@ class ActorPool(Actors):
         raise NotImplementedError
 
     def hung_error(self, rank: int, waited_s: float, detail: str = "") -> ActorError:
-        return ActorError(
+        return ActorLost(
             f"actor {rank}{detail} has not answered its chunk in {waited_s:.0f} s "
             f"(actors.timeout_s={self.timeout_s:g}): it hangs or was stopped; the run stops "
             "(raise actors.timeout_s if its chunks take that long)")

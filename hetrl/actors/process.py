@@ -20,9 +20,10 @@ from typing import Callable
 import gymnasium as gym
 import torch
 
-from hetrl.actors.pool import WAIT_SLICE_S, ActorError, ActorPool
+from hetrl.actors.pool import WAIT_SLICE_S, ActorError, ActorLost, ActorPool
 from hetrl.actors.worker import ActorWorker, Chunk, cpu_copy
 from hetrl.algos.base import Learner
+from hetrl.faults import exit_words
 from hetrl.quant import QuantSpec
 
 STOP_TIMEOUT_S = 10.0  # then the actors that have not exited are terminated
@@ -97,8 +98,13 @@ class ProcessActors(ActorPool):
         self.submitted[rank] = perf_counter()
 
     def _exited(self, rank: int) -> ActorError:
-        self.processes[rank].join(timeout=1.0)  # its exit code, once reaped
-        return ActorError(f"actor {rank} exited (code {self.processes[rank].exitcode})")
+        process = self.processes[rank]
+        process.join(timeout=1.0)  # its exit code, once reaped
+        return ActorLost(
+            f"actor {rank} (pid {process.pid}) died, {exit_words(process.exitcode)}: the run "
+            "stops, its last checkpoint is where resume= goes on (its last words, if any, are "
+            "in the job's log above; SIGKILL is often the kernel's OOM killer: give fewer "
+            "actors.n or more memory)")
 
     def results(self, block: bool = True, stop: threading.Event | None = None) -> list[Chunk]:
         chunks: list[Chunk] = []

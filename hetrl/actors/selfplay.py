@@ -8,6 +8,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import queue
 import socket
+import time
 from typing import Any, Iterator
 
 import numpy as np
@@ -15,7 +16,7 @@ import torch
 
 from hetrl.actors.base import Actors
 from hetrl.actors.ray import RayActors, init_ray, ray_node
-from hetrl.actors.workers import stop_workers
+from hetrl.actors.workers import POLL_S, check_alive, hung, stop_workers
 from hetrl.algos.alphazero import AlphaZero, GameRecord, PolicyValueNet, evaluator, iter_games
 from hetrl.algos.mcts import SearchConfig, SearchStats
 from hetrl.envs.go import GoGame
@@ -74,6 +75,8 @@ class SelfPlayPool:
 
     n: int
     learner: AlphaZero
+    stop: Any = None  # the job's stop request: a generation's wait ends on it
+    timeout_s = 600.0  # selfplay.worker_timeout_s: a worker silent this long hangs
 
     def tasks(self, games: int, concurrent: int, budget: int,
               gen: int) -> list[tuple[int, int, int, int]]:
@@ -87,8 +90,12 @@ class SelfPlayPool:
         return dict.fromkeys(range(self.n), socket.gethostname())
 
     def play(self, games: int, concurrent: int, budget: int, gen: int,
-             stats: SearchStats) -> list[GameRecord]:
+             stats: SearchStats) -> list[GameRecord] | None:
+        """The generation's games; None when a stop came first."""
         raise NotImplementedError
+
+    def stopping(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
 
     def close(self) -> None:
         raise NotImplementedError
@@ -96,7 +103,7 @@ class SelfPlayPool:
 
 def _take(item: tuple[str, Any], records: list[GameRecord], stats: SearchStats) -> bool:
     """File a worker's message; whether it was its last of the generation."""
-    kind, payload = item
+    kind, payload = item[:2]  # a process worker adds its rank
     if kind == "game":
         records.append(payload)
         return False
@@ -121,23 +128,31 @@ class WorkerPool(SelfPlayPool):
             p.start()
 
     def play(self, games: int, concurrent: int, budget: int, gen: int,
-             stats: SearchStats) -> list[GameRecord]:
+             stats: SearchStats) -> list[GameRecord] | None:
         weights = plain_state_dict(self.learner.best)
         for q, (gen, share, conc, budget_) in zip(self.queues,
                                                   self.tasks(games, concurrent, budget, gen)):
             q.put((gen, weights, share, conc, budget_))
         records: list[GameRecord] = []
-        done = 0
-        while done < self.n:
+        playing, heard = set(range(self.n)), time.monotonic()
+        while playing:
+            if self.stopping():
+                stop_workers(self.queues, self.procs, timeout=0)
+                return None
             try:
-                item = self.results.get(timeout=5)
+                item = self.results.get(timeout=POLL_S)
             except queue.Empty:
-                if dead := [rank for rank, p in enumerate(self.procs) if not p.is_alive()]:
-                    raise RuntimeError(f"self-play workers {dead} died") from None
+                check_alive(self.procs, "self-play worker")
+                if (silent := time.monotonic() - heard) > self.timeout_s:
+                    raise hung("self-play worker", [f"{r} (pid {self.procs[r].pid})"
+                                                    for r in sorted(playing)],
+                               silent, "selfplay.worker_timeout_s") from None
                 continue
+            heard = time.monotonic()
             if item[0] == "error":
                 raise RuntimeError(f"self-play worker failed:\n{item[1]}")
-            done += _take(item, records, stats)
+            if _take(item, records, stats):
+                playing.discard(item[2])
         return records
 
     def close(self) -> None:
@@ -165,7 +180,7 @@ class RayWorkerPool(SelfPlayPool):
         return dict(enumerate(self.nodes))
 
     def play(self, games: int, concurrent: int, budget: int, gen: int,
-             stats: SearchStats) -> list[GameRecord]:
+             stats: SearchStats) -> list[GameRecord] | None:
         import ray
 
         weights = ray.put(plain_state_dict(self.learner.best))
@@ -174,8 +189,15 @@ class RayWorkerPool(SelfPlayPool):
                    for handle, (gen_, share, conc, budget_)
                    in zip(self.handles, self.tasks(games, concurrent, budget, gen))]
         records: list[GameRecord] = []
+        heard = time.monotonic()
         while streams:
-            ready, _ = ray.wait(streams, num_returns=1)
+            if self.stopping():
+                return None  # close() kills the actors
+            ready, _ = ray.wait(streams, num_returns=1, timeout=POLL_S)
+            if not ready and (silent := time.monotonic() - heard) > self.timeout_s:
+                raise hung("self-play Ray actor", [str(self.handles[k]) for k in range(self.n)],
+                           silent, "selfplay.worker_timeout_s")
+            heard = time.monotonic() if ready else heard
             for stream in ready:
                 try:
                     ref = next(stream)
@@ -218,6 +240,6 @@ def _worker(rank: int, spec: dict, search: dict, seed: int, tasks: Any, results:
         worker = SelfPlayWorker(rank, spec, search, seed)
         while (task := tasks.get()) is not None:
             for item in worker.play(*task):
-                results.put(item)
+                results.put((*item, rank))
     except Exception:  # the loop reports it
         results.put(("error", traceback.format_exc()))

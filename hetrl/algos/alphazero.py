@@ -303,14 +303,17 @@ class _Game:
 
 def play_games(n_games: int, concurrent: int, game: GoGame, evaluate, cfg: SearchConfig,
                rng: np.random.Generator, stats: SearchStats | None = None,
-               on_game=None, max_positions: int | None = None) -> list[GameRecord]:
+               on_game=None, max_positions: int | None = None,
+               stop: Any = None) -> list[GameRecord]:
     """Self-play `n_games` games, `concurrent` at a time, their searches batched together.
 
     `on_game(record)` is called as each game ends (a worker writes it at once); with
-    `max_positions`, no new game starts once that many moves have been played."""
+    `max_positions`, no new game starts once that many moves have been played; once `stop`
+    (the job's stop request) is set, play ends at the next move batch (the games under way
+    are dropped)."""
     records: list[GameRecord] = []
     for record in iter_games(n_games, concurrent, game, evaluate, cfg, rng, stats,
-                             max_positions):
+                             max_positions, stop):
         records.append(record)
         if on_game is not None:
             on_game(record)
@@ -319,7 +322,7 @@ def play_games(n_games: int, concurrent: int, game: GoGame, evaluate, cfg: Searc
 
 def iter_games(n_games: int, concurrent: int, game: GoGame, evaluate, cfg: SearchConfig,
                rng: np.random.Generator, stats: SearchStats | None = None,
-               max_positions: int | None = None) -> Iterator[GameRecord]:
+               max_positions: int | None = None, stop: Any = None) -> Iterator[GameRecord]:
     """`play_games`, each game yielded as it ends."""
     started, played = 0, 0
     live: list[_Game] = []
@@ -329,7 +332,7 @@ def iter_games(n_games: int, concurrent: int, game: GoGame, evaluate, cfg: Searc
         pos = game.new_position()
         return _Game(pos, Node(pos), can_resign=rng.random() >= cfg.resign_disable_pct)
 
-    while live or started < n_games:
+    while (live or started < n_games) and not (stop is not None and stop.is_set()):
         while (len(live) < concurrent and started < n_games
                and (max_positions is None or played < max_positions)):
             live.append(start())

@@ -4,7 +4,8 @@ error a constructor raised, out of Hydra's wrapper."""
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator
+from enum import Enum
+from typing import Any, Iterator, Mapping
 
 from hydra.errors import CompactHydraException, InstantiationException
 
@@ -20,7 +21,19 @@ class ConfigError(CompactHydraException, ValueError):
 def require(ok: bool, key: str, value: Any, valid: str) -> None:
     """Raise a ConfigError naming `key`, its `value` and the `valid` ones unless `ok`."""
     if not ok:
-        raise ConfigError(f"{key}={value!r} is invalid: valid values are {valid}")
+        raise ConfigError(f"{key}={shown(value)!r} is invalid: valid values are {valid}")
+
+
+def shown(value: Any) -> Any:
+    """`value` as the config spells it: an enum (a dtype, a node kind) by its value, in
+    mappings and lists too (`{'fp16': 0.0}`, not `{<DType.fp16: 'fp16'>: 0.0}`)."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {shown(k): shown(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [shown(v) for v in value]
+    return value
 
 
 @contextmanager

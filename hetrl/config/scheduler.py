@@ -74,6 +74,7 @@ class SelfPlaySchedulerConfig(SchedulerConfig):
     ladder_simulations: list[int] = MISSING  # the rungs: random-rollout MCTS simulations a move
     # seconds of the loop's wall clock no generation is started to end after (null: no limit)
     wall_clock_s: Optional[float] = MISSING
+    worker_timeout_s: float = MISSING  # a self-play worker that sends nothing this long hangs
 
     def __post_init__(self) -> None:
         for key in ("games_per_generation", "concurrent_games", "generations", "window",
@@ -89,5 +90,7 @@ class SelfPlaySchedulerConfig(SchedulerConfig):
         require(self.trainers >= 1, "selfplay.trainers", self.trainers, "integers >= 1")
         require(self.wall_clock_s is None or self.wall_clock_s > 0, "selfplay.wall_clock_s",
                 self.wall_clock_s, "null (no limit) or seconds > 0")
+        require(self.worker_timeout_s > 0, "selfplay.worker_timeout_s", self.worker_timeout_s,
+                "seconds > 0")
         require(0 <= self.gating_win_rate <= 1, "selfplay.gating_win_rate",
                 self.gating_win_rate, "floats in [0, 1]")

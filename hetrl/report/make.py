@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -11,7 +12,7 @@ from mlflow.tracking import MlflowClient
 from hetrl.report import charts
 from hetrl.report.page import Figure, page
 from hetrl.report.pareto import panels
-from hetrl.report.runs import Sweep, load_sweep
+from hetrl.report.runs import ReportError, Sweep, load_sweep
 from hetrl.report.table import summary_table
 
 ARTIFACT_DIR = "report"
@@ -22,14 +23,33 @@ def log_report(client: MlflowClient, parent_id: str, copy_to: Path | None = None
     """Read the sweep of parent run `parent_id`, draw its report and log it to that run under
     `report/` (and copy its files to `copy_to`, if given); the artifact paths logged."""
     sweep = load_sweep(client, parent_id)
-    with tempfile.TemporaryDirectory() as tmp:
-        files = write_report(sweep, Path(tmp))
-        client.log_artifacts(parent_id, tmp, ARTIFACT_DIR)
-        if copy_to is not None:
-            copy_to.mkdir(parents=True, exist_ok=True)
-            for path in files:
-                shutil.copy(path, copy_to / path.name)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            files = write_report(sweep, Path(tmp))
+            client.log_artifacts(parent_id, tmp, ARTIFACT_DIR)
+            if copy_to is not None:
+                copy_to.mkdir(parents=True, exist_ok=True)
+                for path in files:
+                    copy_whole(path, copy_to)
+    except OSError as error:  # a full disk, a folder that cannot be written: one line
+        raise ReportError(
+            f"cannot write {error.filename or 'the report'}: {error.strerror or error}; free "
+            "some space or choose another --out (no file was left half-written)") from None
     return [f"{ARTIFACT_DIR}/{f.name}" for f in files]
+
+
+def copy_whole(path: Path, folder: Path) -> Path:
+    """Copy `path` into `folder` under a temporary name, then rename it into place: a disk
+    that fills meanwhile leaves the previous file, or none, never a truncated one."""
+    part, whole = folder / f".{path.name}.part", folder / path.name
+    try:
+        shutil.copyfile(path, part)
+        os.replace(part, whole)
+    except OSError as error:
+        part.unlink(missing_ok=True)
+        error.filename = str(whole)
+        raise
+    return whole
 
 
 def write_report(sweep: Sweep, out: Path) -> list[Path]:

@@ -34,7 +34,7 @@ import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from hetrl.actors.workers import stop_workers
+from hetrl.actors.workers import next_answer, stop_workers
 from hetrl.algos.alphazero import AlphaZero, make_learner
 from hetrl.precision.uniform import UniformPrecision
 from hetrl.replay.window import Generation, GenerationWindow
@@ -166,8 +166,9 @@ class DataParallelTrainers:
             q.put(("train", steps, learner.updates))
         with learner.trained_through(self.ddp):
             yield
-        for _ in self.procs:
-            kind, payload = self.outbox.get(timeout=600)
+        for _ in self.procs:  # ranks 1..: a dead one is named at once
+            kind, payload = next_answer(self.outbox, self.procs, "data-parallel trainer rank",
+                                        600, first_rank=1)
             if kind != "done":
                 raise RuntimeError(f"trainer rank failed:\n{payload}")
         self.comm = self.allreduce.take()

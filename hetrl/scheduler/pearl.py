@@ -160,7 +160,7 @@ class PearlHost:
         again unless more than `lag` updates are owed (then they wait, idle)."""
         state, phase, window = self.state, self.phase, self.window
         ready = len(self.replay) >= self.learner.batch_size and self.owed > 0
-        for chunk in self.pool.results(block=not ready and not self.buffer):
+        for chunk in self.pool.results(block=not ready and not self.buffer, stop=self.t.stop):
             self.buffer.append(chunk)
             state.record_episodes(chunk.returns)
             state.record_actor(chunk.rank, chunk.stats)

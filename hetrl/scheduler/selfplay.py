@@ -127,7 +127,8 @@ class SelfPlayScheduler:
                  concurrent_games: int, generations: int, window: int, train_steps: int,
                  gating_games: int, gating_win_rate: float, eval_games: int,
                  eval_readouts: int, eval_every: int, ladder_games: int,
-                 ladder_simulations: tuple[int, ...], wall_clock_s: float | None) -> None:
+                 ladder_simulations: tuple[int, ...], wall_clock_s: float | None,
+                 worker_timeout_s: float) -> None:
         self.workers, self.trainers = workers, trainers
         self.games_per_generation = games_per_generation
         self.concurrent_games = concurrent_games
@@ -138,6 +139,7 @@ class SelfPlayScheduler:
         self.eval_every = eval_every
         self.ladder_games, self.ladder_simulations = ladder_games, tuple(ladder_simulations)
         self.wall_clock_s = wall_clock_s
+        self.worker_timeout_s = worker_timeout_s
 
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         generations = Generations(self, t, state)
@@ -174,6 +176,8 @@ class Generations:
         self.updates = Updates(learner, self.window, t.precision, state, cfg.trainers)
         self.pool: SelfPlayPool | None = selfplay_pool(t.actors, cfg.workers, self.game,
                                                        learner, t.seed)
+        if self.pool is not None:
+            self.pool.stop, self.pool.timeout_s = t.stop, cfg.worker_timeout_s
         self.trainers = (DataParallelTrainers(cfg.trainers, learner, t.seed, self.window)
                          if cfg.trainers > 1 else None)
         self.metrics: dict[str, float] = {}
@@ -204,13 +208,16 @@ class Generations:
         start = time.perf_counter()
         with self.timer("selfplay"):
             if self.pool is None:
-                g.records = play_games(
+                records = play_games(
                     cfg.games_per_generation, cfg.concurrent_games, game,
                     evaluator(learner.best, game, learner.device), learner.search, self.rng,
-                    g.stats, max_positions=budget)
+                    g.stats, max_positions=budget, stop=self.t.stop)
             else:
-                g.records = self.pool.play(cfg.games_per_generation, cfg.concurrent_games,
-                                           budget, g.gen, g.stats)
+                records = self.pool.play(cfg.games_per_generation, cfg.concurrent_games,
+                                         budget, g.gen, g.stats)
+        if records is None or self.t.stop.is_set():  # the generation is played again on resume
+            self.t.stop_if_requested(state)
+        g.records = records or []
         g.selfplay_s = time.perf_counter() - start
         state.step += g.moves
         if g.records:  # a sampled game, as SGF and its final board as a PNG

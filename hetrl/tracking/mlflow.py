@@ -22,6 +22,8 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME  # no
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH  # noqa: E402
 
 from hetrl.faults import Fault  # noqa: E402
+from hetrl.tracking.store_watch import StoreWatch  # noqa: E402
+from hetrl.stopping import deferred_stops  # noqa: E402
 from hetrl.tracking.base import REFERENCE_TAG  # noqa: E402
 from hetrl.tracking.metadata import system_tags  # noqa: E402
 
@@ -54,24 +56,26 @@ def client_for(uri: str, experiment: str,
     experiment are created under a file lock beside the database (MLflow's own store creates
     its tables unguarded: two jobs starting together on a new store lost one of them).
     An http(s) store (a tracking server: python -m hetrl.tracking.server) must answer first
-    (`check_server`).
+    (`check_server`). A stop by signal waits until the store and experiment exist
+    (`deferred_stops`): one cut in two would fail every later job.
     """
     if uri.startswith(("http://", "https://")):
         check_server(uri, experiment)
     if not uri.startswith("sqlite:///"):
-        client = MlflowClient(tracking_uri=uri)
-        return client, _experiment_id(client, experiment, None, view_columns)
+        with deferred_stops():  # a database's schema is created or migrated whole
+            client = MlflowClient(tracking_uri=uri)
+            return client, _experiment_id(client, experiment, None, view_columns)
     db = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
     _check_writable(db, uri)
     artifact_location = (db.parent / "mlartifacts").resolve().as_uri()
-    with _file_lock(db.with_name(db.name + ".lock")):
+    with deferred_stops(), _file_lock(db.with_name(db.name + ".lock")):
         wal_mode(db)
         client = MlflowClient(tracking_uri=store_uri(uri))
         return client, _experiment_id(client, experiment, artifact_location, view_columns)
 
 
 SQLITE_BUSY_S = 60  # how long a sqlite connection waits for another writer's lock
-SERVER_WAIT_S = 10.0  # how long a tracking server that does not answer is retried
+SERVER_WAIT_S = 3.0  # how long a tracking server that does not answer is retried
 _SILENT: set[str] = set()  # servers that did not answer in this process: not waited for again
 
 
@@ -284,11 +288,13 @@ class MlflowTracker:
         self.run_id: str | None = None
         self._monitor = None
         self.logged_to = -1  # metrics at steps up to this one are in the run already
+        self.resumed = False
+        self.store = StoreWatch(uri)
 
     def start(self, name: str, tags: Mapping[str, str], run_id: str | None = None) -> None:
         if run_id is not None:  # resume: the same run goes on
             self.client.update_run(run_id, status="RUNNING")
-            self.run_id = run_id
+            self.run_id, self.resumed = run_id, True
             self.logged_to = self._last_step()
         else:
             tags = {MLFLOW_RUN_NAME: name, **system_tags(name), **tags}
@@ -345,6 +351,7 @@ class MlflowTracker:
             self.run_id, key)), default=-1)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        self.store.check()  # once a log interval: a store that vanished stops the job
         if step <= self.logged_to:
             return
         now = int(time.time() * 1000)
@@ -353,13 +360,34 @@ class MlflowTracker:
             self.client.log_batch(self.run_id, metrics=items[i : i + 1000])
 
     def log_artifact(self, path: Path, folder: str | None = None) -> None:
-        self.client.log_artifact(self.run_id, str(path), folder)
+        if not self.store.lost:
+            self.client.log_artifact(self.run_id, str(path), folder)
 
     def log_text(self, text: str, name: str) -> None:
-        self.client.log_text(self.run_id, text, name)
+        if not self.store.lost:
+            self.client.log_text(self.run_id, text, name)
 
     def end(self, status: str) -> None:
+        """Close the run; one that finishes after a resume drops the error.txt of the failure
+        it resumed from. A FINISHED end over a store that vanished raises StoreLost."""
         if self._monitor is not None:
             self._monitor.finish()
             self._monitor = None
+        if self.store.lost:
+            return  # nothing left to close
+        if status == "FINISHED":
+            self.store.check()
+            if self.resumed:
+                self._drop_artifact("error.txt")
         self.client.set_terminated(self.run_id, status=status)
+
+    def _drop_artifact(self, name: str) -> None:
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        uri = self.client.get_run(self.run_id).info.artifact_uri
+        try:
+            if any(f.path == name for f in self.client.list_artifacts(self.run_id)):
+                get_artifact_repository(uri).delete_artifacts(name)
+        except Exception as error:  # noqa: BLE001 - a store that cannot delete: say so
+            log.warning("the run finished, but its old %s (of the failure it resumed from) "
+                        "stays in %s: %s", name, uri, error)

@@ -1,0 +1,100 @@
+"""Self-play's waits are stoppable: a stop inside a generation ends it within a move batch
+with a checkpoint (the generation is played again on resume), in the learner's process and
+with worker processes; a worker that hangs or dies is named (rank, pid, how it ended, the key
+that sets the timeout)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers import run_job
+
+from hetrl import checkpoint, experiment
+from hetrl.actors.selfplay import SelfPlayPool
+from hetrl.faults import Stopped, StopRequest, WorkerLost
+from hetrl.scheduler import selfplay
+
+LONG_GENERATION = ("algo=alphazero", "steps=100000", "algo.width=8", "algo.blocks=1",
+                   "algo.search.readouts=16", "algo.search.fast_readouts=8",
+                   "selfplay.games_per_generation=200", "selfplay.concurrent_games=4",
+                   "selfplay.train_steps=2", "selfplay.eval_games=2",
+                   "selfplay.eval_readouts=4", "tracking=none")
+
+
+def _announcing(function, started: threading.Event):
+    def call(*args, **kwargs):
+        started.set()
+        return function(*args, **kwargs)
+
+    return call
+
+
+def _workers() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children()
+            if "spawn_main" in (command := " ".join(p.cmdline()))
+            and "resource_tracker" not in command]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_stop_inside_a_generation_ends_it_within_a_second(tmp_path: Path, monkeypatch,
+                                                            workers: int):
+    stop, playing = StopRequest(), threading.Event()
+    monkeypatch.setattr(experiment, "_stop_on_signals", lambda: nullcontext(stop))
+    for owner, name in ((selfplay, "play_games"), (SelfPlayPool, "tasks")):
+        monkeypatch.setattr(owner, name, _announcing(getattr(owner, name), playing))
+    asked: list[float] = []
+
+    def ask() -> None:
+        playing.wait(120)
+        time.sleep(2.0)  # the generation's games are under way
+        asked.append(time.monotonic())
+        stop.request(signal.SIGTERM)
+
+    threading.Thread(target=ask, daemon=True).start()
+    with pytest.raises(Stopped, match="stopped at step 0 by SIGTERM"):
+        run_job(tmp_path, *LONG_GENERATION, f"selfplay.workers={workers}")
+    assert time.monotonic() - asked[0] < 3.0
+    assert checkpoint.load(tmp_path / "job0")["loop"].selfplay["generation"] == 0
+    assert not _workers()
+
+
+def test_a_hung_worker_is_named_after_selfplay_worker_timeout_s(tmp_path: Path):
+    def freeze() -> None:
+        deadline = time.monotonic() + 60
+        while len(_workers()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        for worker in _workers():
+            os.kill(worker.pid, signal.SIGSTOP)
+
+    threading.Thread(target=freeze, daemon=True).start()
+    start = time.monotonic()
+    with pytest.raises(WorkerLost, match=r"self-play worker 0 \(pid \d+\), 1 \(pid \d+\) sent "
+                                         r"nothing in \d s \(selfplay.worker_timeout_s\)"):
+        run_job(tmp_path, *LONG_GENERATION, "selfplay.workers=2", "selfplay.worker_timeout_s=2")
+    assert time.monotonic() - start < 60
+    for worker in _workers():
+        worker.kill()
+
+
+def test_a_dead_worker_is_named_at_once_with_its_exit_code():
+    """As a data-parallel trainer rank is waited for: not after the 600 s timeout."""
+    import multiprocessing as mp
+
+    from hetrl.actors.workers import next_answer
+
+    ctx = mp.get_context("fork")
+    answers, dead = ctx.Queue(), ctx.Process(target=os._exit, args=(3,))
+    dead.start()
+    dead.join()
+    start = time.monotonic()
+    with pytest.raises(WorkerLost, match=rf"trainer rank 1 \(pid {dead.pid}, exit code 3\) died"):
+        next_answer(answers, [dead], "trainer rank", 600, first_rank=1)
+    assert time.monotonic() - start < 2

@@ -1,0 +1,71 @@
+"""The store is watched: a job whose sqlite store is deleted or replaced while it runs stops
+at its next log with a checkpoint and names the store, never "finished" over lost records;
+a resumed run that finishes drops the error.txt of the failure it resumed from."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import _empty_store, compose_job, mlflow_runs, run_job, tracking_uri
+from mlflow.tracking import MlflowClient
+
+from hetrl import checkpoint, experiment
+from hetrl.faults import StoreLost
+from hetrl.progress import TrainingProgress
+
+QUICK = ("algo=dqn", "env=cartpole", "steps=400", "algo.learning_starts=100", "log_every=100",
+         "checkpoint_every=100", "platform.measure_layers=false", "tracking.system_metrics_s=0")
+
+
+def _at_step(monkeypatch, step: int, action) -> None:
+    """Do `action` when the job logs `step` (as a person or another program would then)."""
+    class Acting(TrainingProgress):
+        def update(self, at, metrics, kind):
+            super().update(at, metrics, kind)
+            if at == step:
+                action()
+
+    monkeypatch.setattr(experiment, "TrainingProgress", Acting)
+
+
+@pytest.mark.parametrize("replaced", [False, True], ids=["deleted", "replaced"])
+def test_a_store_that_vanishes_stops_the_job_at_its_next_log_with_a_checkpoint(
+        tmp_path: Path, monkeypatch, replaced: bool):
+    store = tmp_path / "mlflow.db"
+
+    def lose_store() -> None:
+        store.unlink()
+        if replaced:  # a fresh store where the job's was
+            shutil.copyfile(_empty_store(), store)
+
+    _at_step(monkeypatch, 200, lose_store)
+    with pytest.raises(StoreLost) as lost:
+        run_job(tmp_path, *QUICK)
+    message = str(lost.value)
+    how = "replaced by another file" if replaced else "deleted"
+    assert f"the store {store} was {how} while the job ran" in message
+    assert "the job stopped at step 300, its checkpoint" in message
+    assert checkpoint.load(tmp_path / "job0")["loop"].step == 300
+
+
+def test_a_resumed_run_that_finishes_drops_the_error_of_its_failure(tmp_path: Path, monkeypatch):
+    def fail() -> None:
+        raise RuntimeError("a fault after the checkpoint at step 200")
+
+    _at_step(monkeypatch, 300, fail)
+    with pytest.raises(RuntimeError, match="a fault after"):
+        run_job(tmp_path, *QUICK)
+    monkeypatch.undo()
+    (failed,) = mlflow_runs(tmp_path)
+    client = MlflowClient(tracking_uri(tmp_path))
+    assert failed.info.status == "FAILED"
+    assert "error.txt" in [f.path for f in client.list_artifacts(failed.info.run_id)]
+
+    cfg, choices = compose_job(f"tracking.uri={tracking_uri(tmp_path)}",
+                               f"resume={tmp_path / 'job0'}")
+    experiment.run(cfg, choices, tmp_path / "job0")
+    (resumed,) = mlflow_runs(tmp_path)
+    assert resumed.info.status == "FINISHED"
+    assert "error.txt" not in [f.path for f in client.list_artifacts(resumed.info.run_id)]
