@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-from hetrl.actors.base import Acting
 from hetrl.config.enums import ActionSpace, Agents, DType, Kind
 from hetrl.config.errors import ConfigError, require
 from hetrl.options import (
@@ -28,8 +27,11 @@ from hetrl.options import (
     replays_for,
     schedulers_for,
 )
-from hetrl.precision.base import PrecisionNeeds
 from hetrl.scheduler.base import LoopNeeds, needs_of
+
+if TYPE_CHECKING:  # the config checks import this module before torch: these import it
+    from hetrl.actors.base import Acting
+    from hetrl.precision.base import PrecisionNeeds
 
 
 def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:

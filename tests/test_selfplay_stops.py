@@ -61,7 +61,7 @@ def test_a_stop_inside_a_generation_ends_it_within_a_second(tmp_path: Path, monk
     with pytest.raises(Stopped, match="stopped at step 0 by SIGTERM"):
         run_job(tmp_path, *LONG_GENERATION, f"selfplay.workers={workers}")
     assert time.monotonic() - asked[0] < 3.0
-    assert checkpoint.load(tmp_path / "job0")["loop"].selfplay["generation"] == 0
+    assert checkpoint.load(tmp_path / "job0")["loop"].progress.generation == 0
     assert not _workers()
 
 
