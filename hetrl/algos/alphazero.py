@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hetrl.algos.base import Learner
+from hetrl.algos.rule import Metrics, Stage
 from hetrl.algos.mcts import (
     Node,
     Search,
@@ -191,15 +192,16 @@ class AlphaZero(Learner):
         finally:
             vars(self)["_trained_through"] = None
 
-    def update(self, batch: PositionBatch) -> dict[str, torch.Tensor]:
-        """One step on a batch of positions, through `net` (or the module of
-        `trained_through`), at the learning rate of `self.updates`."""
+    def stages(self) -> list[Stage]:
+        """One momentum-SGD step on MLPerf's loss, through `net` (or the module of
+        `trained_through`)."""
+        return [Stage("optimizer", lambda batch, count: self.losses(batch, self._trained_through))]
+
+    def update(self, batch: PositionBatch) -> Metrics:
+        """One step on a batch of positions, at the learning rate of `self.updates`."""
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(self.updates)
-        loss, metrics = self.losses(batch, self._trained_through)
-        self.optimize(self.optimizer, loss)
-        self.updates += 1
-        return metrics
+        return super().update(batch)
 
     def losses(self, batch: PositionBatch | tuple[torch.Tensor, ...],
                model: nn.Module | None = None, augmented: bool = True,

@@ -28,6 +28,7 @@ from hetrl.algos.base import Batch, Learner
 from hetrl.partition.graph import Kind, Pass, TaskGraph
 from hetrl.precision.native import compute_in
 from hetrl.replay.rollout import RolloutBatch
+from hetrl.scheduler.updates import learn
 from hetrl.seeding import rng_states, set_rng_states
 
 Key = tuple[str, str, Pass]  # (network, layer path, pass)
@@ -61,7 +62,7 @@ def measure_step(learner: Learner, graph: TaskGraph, obs_space: gym.Space, act_s
             for i in range(warmup + repeats):
                 hooks.start()
                 with context:
-                    probe.update(batch)
+                    learn(probe, batch)
                 if i >= warmup:
                     samples.append(hooks.node_seconds())
     finally:
@@ -90,7 +91,7 @@ def compare_updates(learners: dict[str, Learner], contexts: dict[str, Any],
                     torch.cuda.synchronize(device)
                 start = perf_counter()
                 with contexts[name]:
-                    learner.update(batch)
+                    learn(learner, batch)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 if i >= warmup:
