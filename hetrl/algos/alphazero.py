@@ -93,16 +93,15 @@ def symmetry(x: torch.Tensor, k: int) -> torch.Tensor:
 
 def augment(planes: torch.Tensor, pi: torch.Tensor, n: int,
             ks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row of (planes, pi) in the symmetry ks[row] (the pass stays where it is)."""
-    planes, pi = planes.clone(), pi.clone()
-    for k in range(1, 8):
-        rows = (ks == k).nonzero().flatten()
-        if len(rows) == 0:
-            continue
-        planes[rows] = symmetry(planes[rows], k)
-        board = pi[rows, :-1].reshape(-1, n, n)
-        pi[rows, :-1] = symmetry(board, k).reshape(len(rows), -1)
-    return planes, pi
+    """Each row of (planes, pi) in the symmetry ks[row] (the pass stays where it is): every
+    symmetry of the batch, each row's picked (no shape depends on ks: it compiles as one
+    graph)."""
+    rows = torch.arange(len(planes), device=planes.device)
+    ks = ks.to(planes.device)
+    planes = torch.stack([symmetry(planes, k) for k in range(8)])[ks, rows]
+    boards = pi[:, :-1].reshape(-1, n, n)
+    boards = torch.stack([symmetry(boards, k) for k in range(8)])[ks, rows]
+    return planes, torch.cat([boards.reshape(len(pi), -1), pi[:, -1:]], dim=1)
 
 
 class PositionBatch(NamedTuple):

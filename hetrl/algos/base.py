@@ -123,6 +123,15 @@ class Learner(nn.Module):
         """The target networks that follow online ones after each update."""
         return []
 
+    def updates_in(self, steps: int) -> int | None:
+        """The updates a budget of `steps` env steps makes (None: the loop decides)."""
+        return None
+
+    def graph_key(self) -> int:
+        """Which of the update's forms the next update takes, where its stages change from
+        update to update (MADDPG's trainers take turns): each form compiles its own graph."""
+        return 0
+
     def update(self, batch: Any) -> Metrics:
         """One update by the declared rule, compiled where a compiled step is installed;
         returns detached tensors (no host sync here)."""
@@ -241,6 +250,10 @@ class OffPolicyLearner(Learner):
         self.train_freq = train_freq
         self.gradient_steps = gradient_steps
 
+    def updates_in(self, steps: int) -> int:
+        """The updates a budget of `steps` env steps makes."""
+        return max(0, steps - self.learning_starts) // self.train_freq * self.gradient_steps
+
 
 class OnPolicyLearner(Learner):
     """A learner trained on its own fresh rollouts of `n_steps` steps of each of `n_envs`
@@ -253,6 +266,11 @@ class OnPolicyLearner(Learner):
         super().__init__(**common)
         self.n_steps, self.n_envs, self.gae_lambda = n_steps, n_envs, gae_lambda
         self.batch_size, self.n_epochs = self.rollout_size, 1
+
+    def updates_in(self, steps: int) -> int:
+        """The updates a budget of `steps` env steps makes (minibatches of every epoch)."""
+        minibatches = -(-self.rollout_size // self.batch_size)
+        return steps // self.rollout_size * self.n_epochs * minibatches
 
     @property
     def rollout_size(self) -> int:

@@ -74,16 +74,24 @@ class MADDPG(OffPolicyLearner):
             moves.append((F.gumbel_softmax(logits) if step is not None else logits).argmax(1))
         return torch.stack(moves, dim=1).cpu().numpy()
 
+    def graph_key(self) -> int:
+        """The trainer whose turn it is."""
+        return self.updates % self.n_agents
+
     def stages(self) -> list[Stage]:
         """The critic's step, then the actor's, of the trainer whose turn it is."""
-        i = self.updates % self.n_agents
+        i = self.graph_key()
         return [Stage("critic_optimizer", partial(self.critic_loss, i), self.max_grad_norm,
-                      phase="q_loss"),
+                      trains=self.critics_of(i), phase="q_loss"),
                 Stage("actor_optimizer", partial(self.actor_loss, i), self.max_grad_norm,
-                      frozen=(f"critics.{i}",), phase="p_loss")]
+                      frozen=(f"critics.{i}",), trains=(f"actors.{i}",), phase="p_loss")]
+
+    def critics_of(self, i: int) -> tuple[str, ...]:
+        """Trainer i's critics (of the critic optimizer's, which holds every trainer's)."""
+        return (f"critics.{i}",)
 
     def targets(self) -> list[TargetSync]:
-        i = self.updates % self.n_agents
+        i = self.graph_key()
         return [TargetSync(f"critic_targets.{i}", f"critics.{i}", self.tau),
                 TargetSync(f"actor_targets.{i}", f"actors.{i}", self.tau)]
 

@@ -46,8 +46,11 @@ class MATD3(MADDPG):
         critic, actor = super().stages()
         return [critic, replace(actor, when=self.delayed, carried=("actor_loss",))]
 
+    def critics_of(self, i: int) -> tuple[str, ...]:
+        return (f"critics.{i}", f"critics2.{i}")
+
     def targets(self) -> list[TargetSync]:
-        i = self.updates % self.n_agents
+        i = self.graph_key()
         return [TargetSync(f"{target}.{i}", f"{online}.{i}", self.tau, when=self.delayed)
                 for target, online in (("critic_targets", "critics"),
                                        ("critic2_targets", "critics2"),

@@ -37,6 +37,9 @@ class Stage:
     max_grad_norm: float | None = None
     frozen: tuple[str, ...] = ()
     when: Callable[[Any], Any] | None = None
+    # the submodules whose parameters the stage trains, where its optimizer holds more (an
+    # optimizer of every agent's network, of which one agent's trainer steps its own)
+    trains: tuple[str, ...] = ()
     carried: tuple[str, ...] = ()  # with `when`: the metrics reported between its runs
     # the phase its backward and optimizer step are timed under (the loss may time its own
     # parts: MADDPG's target_q, then q_loss)

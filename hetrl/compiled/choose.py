@@ -1,0 +1,192 @@
+"""`compile=auto|true|false`: whether a job's updates run compiled, decided while it is built.
+
+`auto` weighs what compiling costs against what it can save over the job's budget of
+updates, before paying for it: the eager update is timed on the job's real shapes (a few
+updates), and the compile time is the one this machine last took for the same update (the
+cache's record), or `COLD_COMPILE_S` where it never compiled it. Compiling goes ahead only
+where the budget's eager time, all of which a compiled update could at most save, exceeds
+that. Once compiled, the two updates are timed in turns and the faster one trains (the
+compile time is spent by then). `true` compiles whatever the budget, and fails before
+training where the update cannot compile or the machine cannot build kernels; `false` keeps
+the eager update."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from hetrl.algos.base import Learner
+from hetrl.compiled.step import GraphStep, unsupported
+from hetrl.compiled.toolchain import cache_dir, missing
+from hetrl.config.errors import ConfigError
+from hetrl.platform.measure import random_batch
+from hetrl.seeding import rng_states, set_rng_states
+
+log = logging.getLogger("hetrl")
+
+COLD_COMPILE_S = 40.0
+"""The compile time assumed for an update this machine never compiled (first compiles took
+11-49 s on the project's 2-core hosts; a warm cache 3-4 s)."""
+WARM_COMPILE_S = 3.0
+"""The least a compile takes, from a warm cache: a budget that cannot save this is eager at
+once, without timing anything beyond a few eager updates."""
+RECORDS = "hetrl-compile-times.json"
+
+
+@dataclass
+class UpdateChoice:
+    """What `compile` chose for the job's update and the figures it chose on."""
+
+    mode: str
+    compiled: bool
+    reason: str
+    eager_s: float | None = None
+    compiled_s: float | None = None
+    compile_s: float | None = None
+
+    def metrics(self) -> dict[str, float]:
+        """host/update_eager_s, host/update_compiled_s, host/compile_s: those measured."""
+        figures = {"update_eager_s": self.eager_s, "update_compiled_s": self.compiled_s,
+                   "compile_s": self.compile_s}
+        return {f"host/{k}": v for k, v in figures.items() if v is not None}
+
+    def line(self) -> str:
+        return f"compile={self.mode}: {'compiled' if self.compiled else 'eager'} update ({self.reason})"
+
+
+def compiler(device: torch.device) -> Callable[[Callable], Callable]:
+    """torch.compile as the update takes it: one whole graph, static shapes, random numbers
+    drawn as eager draws them (the same run, compiled or not); on CUDA, captured as a CUDA
+    graph (`reduce-overhead`)."""
+    mode = "reduce-overhead" if device.type == "cuda" else None
+    return lambda fn: torch.compile(fn, fullgraph=True, dynamic=False, mode=mode,
+                                    options=None if mode else {"fallback_random": True})
+
+
+def choose_update(learner: Learner, mode: str, updates: int | None, batch: Any,
+                  context: Callable[[], contextlib.AbstractContextManager]) -> UpdateChoice:
+    """Decide, install (`learner.compiled_step`) and return the job's update choice; `updates`
+    is the job's budget of updates (None: unknown), `batch` one of the job's shapes,
+    `context()` the precision's autocast each update runs in."""
+    if mode == "false":
+        return UpdateChoice(mode, False, "as asked")
+    why = unsupported(learner) or missing(learner.device)
+    if why is not None:
+        if mode == "true":
+            raise ConfigError(f"compile=true cannot compile the update of "
+                              f"{type(learner).__name__}: {why} (compile=auto or false run it "
+                              "eager)")
+        return UpdateChoice(mode, False, f"cannot compile: {why}")
+    cache_dir()
+    record = _records().get(_key(learner, batch))
+    if mode == "auto":
+        eager_s = _timed({"eager": lambda: learner.eager_update(batch)}, learner, context)["eager"]
+        expected = record["compile_s"] if record else COLD_COMPILE_S
+        if updates is None or updates * eager_s < max(expected, WARM_COMPILE_S):
+            return UpdateChoice(mode, False, _not_worth(updates, eager_s, expected, record),
+                                eager_s=eager_s)
+    return _compile_and_time(learner, mode, updates, batch, context)
+
+
+def _not_worth(updates: int | None, eager_s: float, expected: float,
+               record: dict | None) -> str:
+    if updates is None:
+        return "the job's number of updates is unknown"
+    source = "as last time on this machine" if record else "not compiled on this machine yet"
+    return (f"{updates:,} updates of {1e3 * eager_s:.2f} ms eager save at most "
+            f"{updates * eager_s:.1f} s, less than compiling ({expected:.0f} s, {source})")
+
+
+def _compile_and_time(learner: Learner, mode: str, updates: int | None, batch: Any,
+                      context: Callable[[], contextlib.AbstractContextManager]) -> UpdateChoice:
+    step = GraphStep(learner, compiler(learner.device))
+    saved = copy.deepcopy(learner.checkpoint())
+    rngs = rng_states()
+    try:
+        start = perf_counter()
+        with context():
+            step(batch)
+        compile_s = perf_counter() - start
+        times = _timed({"eager": lambda: learner.eager_update(batch),
+                        "compiled": lambda: step(batch)}, learner, context)
+    finally:
+        learner.restore(saved)
+        set_rng_states(rngs)
+    _remember(_key(learner, batch), compile_s)
+    eager_s, compiled_s = times["eager"], times["compiled"]
+    faster = compiled_s < eager_s
+    if mode == "true" or faster:
+        learner.compiled_step = step
+    figures = (f"an update {1e3 * compiled_s:.2f} ms compiled, {1e3 * eager_s:.2f} ms eager, "
+               f"compiled in {compile_s:.1f} s")
+    if mode == "true":
+        reason = f"as asked; {figures}"
+    elif faster:
+        saving = f", saving about {updates * (eager_s - compiled_s):.0f} s" if updates else ""
+        reason = f"{eager_s / compiled_s:.1f}x faster{saving}; {figures}"
+    else:
+        reason = f"compiled is no faster here; {figures}"
+    return UpdateChoice(mode, mode == "true" or faster, reason, eager_s, compiled_s, compile_s)
+
+
+def _timed(updates: dict[str, Callable[[], Any]], learner: Learner,
+           context: Callable[[], contextlib.AbstractContextManager],
+           warmup: int = 3, repeats: int = 15) -> dict[str, float]:
+    """Median seconds of each update, taking turns, each counted as the update step counts
+    (the learner's count and every RNG are put back)."""
+    samples: dict[str, list[float]] = {name: [] for name in updates}
+    count, rngs = learner.updates, rng_states()
+    try:
+        for i in range(warmup + repeats):
+            for name, update in updates.items():
+                start = perf_counter()
+                with context():
+                    update()
+                if learner.device.type == "cuda":
+                    torch.cuda.synchronize(learner.device)
+                if i >= warmup:
+                    samples[name].append(perf_counter() - start)
+                learner.updates += 1
+    finally:
+        learner.updates = count
+        set_rng_states(rngs)
+    return {name: float(np.median(s)) for name, s in samples.items()}
+
+
+def job_batch(learner: Learner, spaces: dict[str, gym.Space]) -> Any:
+    """A batch of the job's shapes, drawn from a generator of its own."""
+    return random_batch(learner, **spaces, n=learner.batch_size, device=learner.device)
+
+
+def _key(learner: Learner, batch: Any) -> str:
+    """The update's identity for the records: learner, device, parameter and batch shapes."""
+    shapes = [(n, tuple(t.shape), str(t.dtype)) for n, t in learner.state_dict().items()]
+    shapes += [tuple(t.shape) for t in batch if torch.is_tensor(t)]
+    text = f"{type(learner).__name__}|{learner.device}|{torch.__version__}|{shapes}"
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def _records() -> dict[str, dict]:
+    try:
+        return json.loads((cache_dir() / RECORDS).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _remember(key: str, compile_s: float) -> None:
+    records = _records()
+    records[key] = {"compile_s": compile_s}
+    path = cache_dir() / RECORDS
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(records))
+    tmp.replace(path)
