@@ -69,9 +69,10 @@ class Adam(FunctionalOptimizer):
              lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors]]:
         b1, b2 = self.beta1, self.beta2
         steps = [s + 1 for s in state["step"]]
-        t = steps[0].to(params[0].device)
-        step_size = lr / (1 - b1 ** t)
-        bias2_sqrt = (1 - b2 ** t).sqrt()
+        # the bias corrections in double precision, as torch computes them (on the host)
+        t = steps[0].to(params[0].device, torch.float64)
+        step_size = (lr / (1 - b1 ** t)).float()
+        bias2_sqrt = (1 - b2 ** t).sqrt().float()
         m = [m.lerp(g, 1 - b1) for m, g in zip(state["exp_avg"], grads)]
         v = [v * b2 + (1 - b2) * g * g for v, g in zip(state["exp_avg_sq"], grads)]
         new = [p - step_size * mi / (vi.sqrt() / bias2_sqrt + self.eps)

@@ -12,6 +12,7 @@ no step compiles the graph again."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any, Callable
 
 import torch
@@ -40,14 +41,8 @@ class _Call(nn.Module):
 class _NoTimer:
     """The learner's phase timer inside the graph: there the update is one phase."""
 
-    def __call__(self, name: str) -> _NoTimer:
-        return self
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+    def __call__(self, name: str) -> nullcontext:
+        return nullcontext()
 
 
 def unsupported(learner: Learner) -> str | None:
@@ -147,7 +142,7 @@ class GraphStep:
             optimizer = self._optimizer(stage)
             self.rules[id(stage)] = functional(optimizer)
             lr = optimizer.param_groups[0]["lr"]
-            self.lrs[id(stage)] = (lr, torch.tensor(lr, dtype=torch.float32))
+            self.lrs[id(stage)] = (lr, torch.tensor(lr, dtype=torch.float64))
         self.stages[self.learner.graph_key()] = stages
         for stage in stages:
             self.trained[id(stage)] = self._trained(stage)
