@@ -34,9 +34,9 @@ from hetrl.seeding import rng_states, set_rng_states
 
 log = logging.getLogger("hetrl")
 
-COLD_COMPILE_S = 40.0
+COLD_COMPILE_S = 60.0
 """The compile time assumed for an update this machine never compiled (first compiles took
-11-49 s on the project's 2-core hosts; a warm cache 3-4 s)."""
+11-63 s on the project's busy 2-core hosts; a warm cache 3-4 s)."""
 WARM_COMPILE_S = 3.0
 """The least a compile takes, from a warm cache: a budget that cannot save this is eager at
 once, without timing anything beyond a few eager updates."""
@@ -87,24 +87,34 @@ def choose_update(learner: Learner, mode: str, updates: int | None, batch: Any,
                               f"{type(learner).__name__}: {why} (compile=auto or false run it "
                               "eager)")
         return UpdateChoice(mode, False, f"cannot compile: {why}")
-    cache_dir()
-    record = _records().get(_key(learner, batch))
+    record = last_compile(learner, batch)
     if mode == "auto":
-        eager_s = _timed({"eager": lambda: learner.eager_update(batch)}, learner, context)["eager"]
+        eager_s = time_updates({"eager": lambda: learner.eager_update(batch)}, learner,
+                               context)["eager"]
         expected = record["compile_s"] if record else COLD_COMPILE_S
-        if updates is None or updates * eager_s < max(expected, WARM_COMPILE_S):
-            return UpdateChoice(mode, False, _not_worth(updates, eager_s, expected, record),
-                                eager_s=eager_s)
-    return _compile_and_time(learner, mode, updates, batch, context)
+        # the saving: as measured last time, else at most the whole eager time
+        saving = None if updates is None else updates * eager_s * (
+            max(0.0, 1.0 - record["ratio"]) if record else 1.0)
+        if saving is None or saving < max(expected, WARM_COMPILE_S):
+            return UpdateChoice(mode, False, _not_worth(updates, eager_s, saving, expected,
+                                                        record), eager_s=eager_s)
+    try:
+        return _compile_and_time(learner, mode, updates, batch, context)
+    except Exception as error:  # noqa: BLE001 - a compiler's failure: eager trains instead
+        if mode == "true":
+            raise RuntimeError(f"compile=true: the update of {type(learner).__name__} did not "
+                               f"compile: {error}") from error
+        log.debug("compile failed", exc_info=True)
+        return UpdateChoice(mode, False, f"compiling failed: {str(error).splitlines()[0]}")
 
 
-def _not_worth(updates: int | None, eager_s: float, expected: float,
+def _not_worth(updates: int | None, eager_s: float, saving: float | None, expected: float,
                record: dict | None) -> str:
     if updates is None:
         return "the job's number of updates is unknown"
     source = "as last time on this machine" if record else "not compiled on this machine yet"
     return (f"{updates:,} updates of {1e3 * eager_s:.2f} ms eager save at most "
-            f"{updates * eager_s:.1f} s, less than compiling ({expected:.0f} s, {source})")
+            f"{saving:.1f} s, less than compiling ({expected:.0f} s, {source})")
 
 
 def _compile_and_time(learner: Learner, mode: str, updates: int | None, batch: Any,
@@ -117,13 +127,13 @@ def _compile_and_time(learner: Learner, mode: str, updates: int | None, batch: A
         with context():
             step(batch)
         compile_s = perf_counter() - start
-        times = _timed({"eager": lambda: learner.eager_update(batch),
+        times = time_updates({"eager": lambda: learner.eager_update(batch),
                         "compiled": lambda: step(batch)}, learner, context)
     finally:
         learner.restore(saved)
         set_rng_states(rngs)
-    _remember(_key(learner, batch), compile_s)
     eager_s, compiled_s = times["eager"], times["compiled"]
+    _remember(_key(learner, batch), compile_s, compiled_s / eager_s)
     faster = compiled_s < eager_s
     if mode == "true" or faster:
         learner.compiled_step = step
@@ -139,9 +149,9 @@ def _compile_and_time(learner: Learner, mode: str, updates: int | None, batch: A
     return UpdateChoice(mode, mode == "true" or faster, reason, eager_s, compiled_s, compile_s)
 
 
-def _timed(updates: dict[str, Callable[[], Any]], learner: Learner,
-           context: Callable[[], contextlib.AbstractContextManager],
-           warmup: int = 3, repeats: int = 15) -> dict[str, float]:
+def time_updates(updates: dict[str, Callable[[], Any]], learner: Learner,
+                 context: Callable[[], contextlib.AbstractContextManager],
+                 warmup: int = 3, repeats: int = 15) -> dict[str, float]:
     """Median seconds of each update, taking turns, each counted as the update step counts
     (the learner's count and every RNG are put back)."""
     samples: dict[str, list[float]] = {name: [] for name in updates}
@@ -176,6 +186,12 @@ def _key(learner: Learner, batch: Any) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
+def last_compile(learner: Learner, batch: Any) -> dict | None:
+    """What compiling this update took on this machine last time (compile_s, and ratio: the
+    compiled over the eager update's time), None where it never compiled it."""
+    return _records().get(_key(learner, batch))
+
+
 def _records() -> dict[str, dict]:
     try:
         return json.loads((cache_dir() / RECORDS).read_text())
@@ -183,9 +199,10 @@ def _records() -> dict[str, dict]:
         return {}
 
 
-def _remember(key: str, compile_s: float) -> None:
+def _remember(key: str, compile_s: float, ratio: float) -> None:
+    """Keep what this compile took and the compiled/eager time ratio it measured."""
     records = _records()
-    records[key] = {"compile_s": compile_s}
+    records[key] = {"compile_s": compile_s, "ratio": ratio}
     path = cache_dir() / RECORDS
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(records))

@@ -41,11 +41,15 @@ def missing(device: torch.device) -> str | None:
 
 
 def cache_dir() -> Path:
-    """The directory of inductor's caches: TORCHINDUCTOR_CACHE_DIR where set, else
-    hetrl/inductor under the user's cache directory (XDG_CACHE_HOME or ~/.cache), which the
-    environment is pointed at for this process and those it starts."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
+    """The directory of inductor's caches: TORCHINDUCTOR_CACHE_DIR where the user set it,
+    else hetrl/inductor under the user's cache directory (XDG_CACHE_HOME or ~/.cache), which
+    the environment is pointed at for this process and those it starts (importing inductor
+    sets the variable to its own default, a temporary directory: that one is replaced)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    current = os.environ.get(CACHE_ENV)
+    if current and Path(current) != Path(default_cache_dir()).absolute():
+        return Path(current)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     path = base / "hetrl" / "inductor"
     path.mkdir(parents=True, exist_ok=True)
