@@ -22,7 +22,8 @@ class Updates:
     """The update schedule and the update step of an off-policy learner: `gradient_steps`
     updates for every `train_freq` env steps (counted across envs and actors), once more
     than `learning_starts` env steps are in; each update samples a batch, learns from it in
-    the precision's autocast, and hands a prioritized replay the rows' new priorities.
+    the precision's autocast (`learn`: the learner's update, compiled where `compile` chose
+    it, then counted), and hands a prioritized replay the rows' new priorities.
 
     `owed` reads an `OffPolicyLearner`'s schedule; MiniGo's loop, whose AlphaZero trains a
     fixed number of steps a generation, calls `step` alone, on its window of generations
