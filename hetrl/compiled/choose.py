@@ -79,27 +79,29 @@ def choose_update(learner: Learner, mode: str, updates: int | None, batch: Any,
                   context: Callable[[], contextlib.AbstractContextManager]) -> UpdateChoice:
     """Decide, install (`learner.compiled_step`) and return the job's update choice; `updates`
     is the job's budget of updates (None: unknown), `batch` one of the job's shapes,
-    `context()` the precision's autocast each update runs in."""
+    `context()` the precision's autocast each update runs in. A small budget is told at once:
+    one eager update is timed, nothing is compiled."""
     if mode == "false":
         return UpdateChoice(mode, False, "as asked")
+    if mode == "auto" and updates is None:
+        return UpdateChoice(mode, False, "the job's number of updates is unknown")
+    eager_s = None
+    if mode == "auto":
+        eager_s = time_updates({"eager": lambda: learner.eager_update(batch)}, learner,
+                               context, warmup=1, repeats=1)["eager"]
+        if updates * eager_s < WARM_COMPILE_S / 2:  # even a cached compile would not pay
+            return UpdateChoice(mode, False, _not_worth(updates, eager_s, updates * eager_s,
+                                                        WARM_COMPILE_S, "from a warm cache"),
+                                eager_s=eager_s)
     why = unsupported(learner) or missing(learner.device)
     if why is not None:
         if mode == "true":
             raise ConfigError(f"compile=true cannot compile the update of "
                               f"{type(learner).__name__}: {why} (compile=auto or false run it "
                               "eager)")
-        return UpdateChoice(mode, False, f"cannot compile: {why}")
-    record = last_compile(learner, batch)
-    if mode == "auto":
-        eager_s = time_updates({"eager": lambda: learner.eager_update(batch)}, learner,
-                               context)["eager"]
-        expected = record["compile_s"] if record else COLD_COMPILE_S
-        # the saving: as measured last time, else at most the whole eager time
-        saving = None if updates is None else updates * eager_s * (
-            max(0.0, 1.0 - record["ratio"]) if record else 1.0)
-        if saving is None or saving < max(expected, WARM_COMPILE_S):
-            return UpdateChoice(mode, False, _not_worth(updates, eager_s, saving, expected,
-                                                        record), eager_s=eager_s)
+        return UpdateChoice(mode, False, f"cannot compile: {why}", eager_s=eager_s)
+    if mode == "auto" and (not_worth := _not_worth_compiling(learner, updates, batch, context)):
+        return not_worth
     try:
         return _compile_and_time(learner, mode, updates, batch, context)
     except Exception as error:  # noqa: BLE001 - a compiler's failure: eager trains instead
@@ -107,14 +109,29 @@ def choose_update(learner: Learner, mode: str, updates: int | None, batch: Any,
             raise RuntimeError(f"compile=true: the update of {type(learner).__name__} did not "
                                f"compile: {error}") from error
         log.debug("compile failed", exc_info=True)
-        return UpdateChoice(mode, False, f"compiling failed: {str(error).splitlines()[0]}")
+        return UpdateChoice(mode, False, f"compiling failed: {str(error).splitlines()[0]}",
+                            eager_s=eager_s)
 
 
-def _not_worth(updates: int | None, eager_s: float, saving: float | None, expected: float,
-               record: dict | None) -> str:
-    if updates is None:
-        return "the job's number of updates is unknown"
+def _not_worth_compiling(learner: Learner, updates: int, batch: Any,
+                         context: Callable[[], contextlib.AbstractContextManager]
+                         ) -> UpdateChoice | None:
+    """compile=auto's choice of eager where the budget's saving (as measured last time on
+    this machine, else at most the whole eager time) is less than compiling would take."""
+    record = last_compile(learner, batch)
+    eager_s = time_updates({"eager": lambda: learner.eager_update(batch)}, learner,
+                           context)["eager"]
+    expected = record["compile_s"] if record else COLD_COMPILE_S
+    saving = updates * eager_s * (max(0.0, 1.0 - record["ratio"]) if record else 1.0)
+    if saving >= max(expected, WARM_COMPILE_S):
+        return None
     source = "as last time on this machine" if record else "not compiled on this machine yet"
+    return UpdateChoice("auto", False, _not_worth(updates, eager_s, saving, expected, source),
+                        eager_s=eager_s)
+
+
+def _not_worth(updates: int, eager_s: float, saving: float, expected: float,
+               source: str) -> str:
     return (f"{updates:,} updates of {1e3 * eager_s:.2f} ms eager save at most "
             f"{saving:.1f} s, less than compiling ({expected:.0f} s, {source})")
 
