@@ -65,7 +65,8 @@ def measure(overrides: tuple[str, ...], repeats: int) -> dict:
     c = build_job(*overrides, "tracking=none", "compile=false", plan=mixed)
     c.envs.close()
     learner, device = c.learner, c.platform.device
-    batch, context = job_batch(learner, c.spaces), partial(c.precision.autocast, device)
+    batch = job_batch(learner, c.spaces, c.replay)
+    context = partial(c.precision.autocast, device)
     if why := unsupported(learner):
         eager = time_updates({"eager": lambda: learner.eager_update(batch)}, learner, context,
                              repeats=repeats)
@@ -101,7 +102,7 @@ def compile_only(overrides: list[str]) -> None:
     c = build_job(*overrides, "tracking=none", "compile=false")
     c.envs.close()
     context = partial(c.precision.autocast, c.platform.device)
-    print(_compile(c.learner, job_batch(c.learner, c.spaces), context))
+    print(_compile(c.learner, job_batch(c.learner, c.spaces, c.replay), context))
 
 
 def row(name: str, m: dict) -> list[str]:

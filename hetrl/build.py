@@ -86,16 +86,16 @@ def build(cfg: DictConfig, plan: bool = True, planned: StepPlan | None = None) -
                             else None)
     graph, applied = (step_plan.graph, step_plan.applied) if step_plan else (None, None)
     precision.apply(learner, graph, applied, platform)
+    replay = instantiate(cfg.replay, **env_spaces, device=platform.device)
     update_choice = None
     if plan:  # what a job trains with; callers that need only the parts stay eager
         update_choice = choose_update(learner, compile_mode(cfg.compile),
                                       learner.updates_in(cfg.steps),
-                                      job_batch(learner, env_spaces),
+                                      job_batch(learner, env_spaces, replay),
                                       partial(precision.autocast, platform.device))
         log.info("%s", update_choice.line())
     return Components(
-        envs=envs, learner=learner, update_choice=update_choice,
-        replay=instantiate(cfg.replay, **env_spaces, device=platform.device),
+        envs=envs, learner=learner, update_choice=update_choice, replay=replay,
         precision=precision, platform=platform, step_plan=step_plan,
         actors=instantiate(cfg.actors), scheduler=instantiate(cfg.scheduler),
         make_envs=make_envs,

@@ -25,11 +25,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from hetrl.algos.base import Learner
+from hetrl.algos.base import Batch, Learner
 from hetrl.compiled.step import GraphStep, unsupported
 from hetrl.compiled.toolchain import cache_dir, missing
 from hetrl.config.errors import ConfigError
 from hetrl.platform.measure import random_batch
+from hetrl.replay.samplers import PrioritizedSampler
 from hetrl.seeding import rng_states, set_rng_states
 
 log = logging.getLogger("hetrl")
@@ -192,14 +193,26 @@ def time_updates(updates: dict[str, Callable[[], Any]], learner: Learner,
     return {name: float(np.median(s)) for name, s in samples.items()}
 
 
-def job_batch(learner: Learner, spaces: dict[str, gym.Space]) -> Any:
-    """A batch of the job's shapes, drawn from a generator of its own."""
-    return random_batch(learner, **spaces, n=learner.batch_size, device=learner.device)
+def job_batch(learner: Learner, spaces: dict[str, gym.Space], replay: object = None) -> Any:
+    """A batch of the job's shapes and fields, drawn from a generator of its own: as the
+    job's replay samples them (a uniform replay's bootstrap discounts, a prioritized one's
+    indices and importance weights), so the graph compiled on it is the one training runs."""
+    batch = random_batch(learner, **spaces, n=learner.batch_size, device=learner.device)
+    if replay is None or not isinstance(batch, Batch):
+        return batch
+    n = len(batch.rewards)
+    if hasattr(replay, "gamma"):  # a single-agent replay: every row's discount
+        batch = batch._replace(discounts=torch.full((n,), replay.gamma, device=learner.device))
+    if isinstance(getattr(replay, "sampler", None), PrioritizedSampler) or getattr(
+            replay, "prioritized", False):
+        batch = batch._replace(indices=np.arange(n), weights=torch.ones(n, device=learner.device))
+    return batch
 
 
 def _key(learner: Learner, batch: Any) -> str:
     """The update's identity for the records: learner, device, parameter and batch shapes."""
-    shapes = [(n, tuple(t.shape), str(t.dtype)) for n, t in learner.state_dict().items()]
+    shapes = [(n, tuple(t.shape), str(t.dtype)) for n, t in learner.state_dict().items()
+              if t is not None]
     shapes += [tuple(t.shape) for t in batch if torch.is_tensor(t)]
     text = f"{type(learner).__name__}|{learner.device}|{torch.__version__}|{shapes}"
     return hashlib.sha1(text.encode()).hexdigest()[:16]
