@@ -24,8 +24,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from hetrl.actors.base import Actors
 from hetrl.algos.base import Learner
+from hetrl.compiled.choose import UpdateChoice, choose_update, job_batch
 from hetrl.config.checks import env_errors
 from hetrl.config.errors import ConfigError, unwrapped
+from hetrl.config.run import compile_mode
 from hetrl.partition.costs import Plan
 from hetrl.planning import StepPlan, plan_measured_step, plan_step
 from hetrl.platform.host import HostPlatform, cpu_name, uniform_dtypes
@@ -53,6 +55,7 @@ class Components:
     actors: Actors  # where acting happens and in which precision
     scheduler: Loop  # the `scheduler` option: the training loop
     make_envs: Callable[..., gym.vector.VectorEnv]  # more envs like `envs` (keyword overrides)
+    update_choice: UpdateChoice | None = None  # compiled or eager (`compile`), and why
 
     @property
     def spaces(self) -> dict[str, gym.Space]:
@@ -85,9 +88,16 @@ def build(cfg: DictConfig, plan: bool = True, planned: StepPlan | None = None) -
                             else None)
     graph, applied = (step_plan.graph, step_plan.applied) if step_plan else (None, None)
     precision.apply(learner, graph, applied, platform)
+    replay = instantiate(cfg.replay, **env_spaces, device=platform.device)
+    update_choice = None
+    if plan:  # what a job trains with; callers that need only the parts stay eager
+        update_choice = choose_update(learner, compile_mode(cfg.compile),
+                                      learner.updates_in(cfg.steps),
+                                      job_batch(learner, env_spaces, replay),
+                                      partial(precision.autocast, platform.device))
+        log.info("%s", update_choice.line())
     return Components(
-        envs=envs, learner=learner,
-        replay=instantiate(cfg.replay, **env_spaces, device=platform.device),
+        envs=envs, learner=learner, update_choice=update_choice, replay=replay,
         precision=precision, platform=platform, step_plan=step_plan,
         actors=instantiate(cfg.actors), scheduler=instantiate(cfg.scheduler),
         make_envs=make_envs,

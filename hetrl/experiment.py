@@ -35,9 +35,9 @@ from hetrl.validation import validate
 log = logging.getLogger("hetrl")
 
 
-RESUME_OVERRIDES = ("steps", "log_every", "checkpoint_every", "tracking.uri")
+RESUME_OVERRIDES = ("steps", "log_every", "checkpoint_every", "tracking.uri", "compile")
 """What a resumed job takes from the command line: a longer budget, its logging and
-checkpoint rhythm, a store that moved. Anything else would change what is learned."""
+checkpoint rhythm, a store that moved, its update compiled or not. Anything else would change what is learned."""
 
 
 def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
@@ -198,6 +198,8 @@ def _train(
         if c.step_plan is not None:
             log_plan(tracker, c.step_plan, c.precision, c.platform, c.learner.batch_size,
                      out_dir, name)
+    if c.update_choice is not None:
+        tracker.log_metrics(c.update_choice.metrics(), step=0)
     state = _initial_state(c, saved, cfg.seed)
     save_checkpoint = partial(_save_checkpoint, out_dir / checkpoint.FILENAME, cfg, choices,
                               tracker, c)

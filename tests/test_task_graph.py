@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -14,6 +15,7 @@ from torch import nn
 
 from hetrl.algos.alphazero import AlphaZero
 from hetrl.algos.networks import Actor, QCritic, frozen_copy, mlp, nature_cnn
+from hetrl.algos.rule import stage_loss
 from hetrl.partition.builder import mlp_input_shape
 from hetrl.partition.flops import PAPER_KINDS, kind_of, per_sample_flops
 from hetrl.partition.graph import Kind, Pass, TaskGraph
@@ -96,7 +98,9 @@ def test_the_actor_loss_runs_through_a_frozen_critic_as_the_graph_counts(algo):
     c = build_job(f"algo={algo}", "env=pendulum", "algo.hidden=[16]", "tracking=none")
     c.envs.close()
     learner = c.learner
-    learner.actor_loss(torch.randn(8, 3)).backward()
+    actor_stage = learner.stages()[-1]  # as the eager update runs it
+    loss, _ = stage_loss(learner, actor_stage, SimpleNamespace(obs=torch.randn(8, 3)), 0)
+    loss.backward()
     assert all(p.grad is not None for p in learner.actor.parameters())
     assert all(p.grad is None and p.requires_grad for p in learner.critic.parameters())
     flops: dict[str, list[float]] = {}  # each critic layer's backward: critic step, actor step

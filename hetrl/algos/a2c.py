@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from hetrl.algos.base import OnPolicyLearner, RolloutBatch
 from hetrl.algos.networks import StochasticPolicy, network
+from hetrl.algos.rule import Metrics, Stage
 from hetrl.config.enums import ActionSpace, Agents
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.steps import policy_gradient_step_graph
@@ -76,10 +77,23 @@ class A2C(OnPolicyLearner):
         return policy_gradient_step_graph(batch_size, self.obs_shape, self.actor,
                                           self.critic)
 
-    def update(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+    def stages(self) -> list[Stage]:
+        return [Stage("optimizer", self.loss, self.max_grad_norm)]
+
+    def loss(self, batch: RolloutBatch, count: object) -> tuple[torch.Tensor, Metrics]:
+        """The policy loss plus the value loss, minus the entropy bonus."""
         dist = self.actor.distribution(batch.obs)
-        policy_loss = -(self.advantages(batch) * dist.log_prob(batch.actions)).mean()
-        return self.train_on(policy_loss, dist, batch)
+        policy_loss, metrics = self.policy_loss(dist, batch)
+        entropy = dist.entropy().mean()
+        value_loss = F.mse_loss(self.value(batch.obs), batch.returns)
+        loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy
+        return loss, {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
+                      "entropy": entropy.detach(), **metrics}
+
+    def policy_loss(self, dist: torch.distributions.Distribution,
+                    batch: RolloutBatch) -> tuple[torch.Tensor, Metrics]:
+        """The policy-gradient loss of the policy's distribution `dist` on the batch."""
+        return -(self.advantages(batch) * dist.log_prob(batch.actions)).mean(), {}
 
     def advantages(self, batch: RolloutBatch) -> torch.Tensor:
         """The batch's advantages, normalized over it with `normalize_advantage`."""
@@ -87,17 +101,3 @@ class A2C(OnPolicyLearner):
         if self.normalize_advantage:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         return advantages
-
-    def train_on(self, policy_loss: torch.Tensor, dist: torch.distributions.Distribution,
-                 batch: RolloutBatch) -> dict[str, torch.Tensor]:
-        """One optimizer step on the policy loss plus the value loss, minus the entropy bonus
-        of the policy's distribution `dist` on the batch."""
-        entropy = dist.entropy().mean()
-        value_loss = F.mse_loss(self.value(batch.obs), batch.returns)
-        loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy
-
-        self.optimize(self.optimizer, loss, max_grad_norm=self.max_grad_norm)
-
-        self.updates += 1
-        return {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
-                "entropy": entropy.detach()}

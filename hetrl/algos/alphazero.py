@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hetrl.algos.base import Learner
+from hetrl.algos.rule import Metrics, Stage
 from hetrl.algos.mcts import (
     Node,
     Search,
@@ -92,16 +93,15 @@ def symmetry(x: torch.Tensor, k: int) -> torch.Tensor:
 
 def augment(planes: torch.Tensor, pi: torch.Tensor, n: int,
             ks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row of (planes, pi) in the symmetry ks[row] (the pass stays where it is)."""
-    planes, pi = planes.clone(), pi.clone()
-    for k in range(1, 8):
-        rows = (ks == k).nonzero().flatten()
-        if len(rows) == 0:
-            continue
-        planes[rows] = symmetry(planes[rows], k)
-        board = pi[rows, :-1].reshape(-1, n, n)
-        pi[rows, :-1] = symmetry(board, k).reshape(len(rows), -1)
-    return planes, pi
+    """Each row of (planes, pi) in the symmetry ks[row] (the pass stays where it is): every
+    symmetry of the batch, each row's picked (no shape depends on ks: it compiles as one
+    graph)."""
+    rows = torch.arange(len(planes), device=planes.device)
+    ks = ks.to(planes.device)
+    planes = torch.stack([symmetry(planes, k) for k in range(8)])[ks, rows]
+    boards = pi[:, :-1].reshape(-1, n, n)
+    boards = torch.stack([symmetry(boards, k) for k in range(8)])[ks, rows]
+    return planes, torch.cat([boards.reshape(len(pi), -1), pi[:, -1:]], dim=1)
 
 
 class PositionBatch(NamedTuple):
@@ -191,15 +191,16 @@ class AlphaZero(Learner):
         finally:
             vars(self)["_trained_through"] = None
 
-    def update(self, batch: PositionBatch) -> dict[str, torch.Tensor]:
-        """One step on a batch of positions, through `net` (or the module of
-        `trained_through`), at the learning rate of `self.updates`."""
+    def stages(self) -> list[Stage]:
+        """One momentum-SGD step on MLPerf's loss, through `net` (or the module of
+        `trained_through`)."""
+        return [Stage("optimizer", lambda batch, count: self.losses(batch, self._trained_through))]
+
+    def update(self, batch: PositionBatch) -> Metrics:
+        """One step on a batch of positions, at the learning rate of `self.updates`."""
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(self.updates)
-        loss, metrics = self.losses(batch, self._trained_through)
-        self.optimize(self.optimizer, loss)
-        self.updates += 1
-        return metrics
+        return super().update(batch)
 
     def losses(self, batch: PositionBatch | tuple[torch.Tensor, ...],
                model: nn.Module | None = None, augmented: bool = True,

@@ -3,13 +3,14 @@ each kind adds: off-policy learners a replay schedule, on-policy ones a rollout.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, ClassVar, Iterator, NamedTuple
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, ClassVar, Iterator, NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
+from hetrl.algos.rule import Metrics, Stage, TargetSync, due, stage_loss, sync_target
 from hetrl.config.enums import ActionSpace, Agents
 from hetrl.timing import PhaseTimer
 
@@ -55,16 +56,19 @@ def with_td_errors(metrics: dict[str, torch.Tensor], batch: Batch,
 
 
 class Learner(nn.Module):
-    """Networks plus an update rule. Subclasses set `action_space` and implement
-    `act` and `update`; their networks and optimizers are found by attribute. A learner is
-    an `OffPolicyLearner` or an `OnPolicyLearner`: the loop that trains it reads its
-    schedule there.
+    """Networks plus an update rule. Subclasses set `action_space` and implement `act`, and
+    declare their update as `stages` (and `targets`: `hetrl.algos.rule`); their networks
+    and optimizers are found by attribute. A learner is an `OffPolicyLearner` or an
+    `OnPolicyLearner`: the loop that trains it reads its schedule there. `updates` counts
+    the updates made: the update step counts them (`hetrl.scheduler.updates.learn`), not
+    the learner.
     """
 
     action_space: ClassVar[ActionSpace]
     agents: ClassVar[Agents] = Agents.single
     on_policy: ClassVar[bool] = False  # trains on its own fresh rollouts (scheduler=onpolicy)
     policy_attr: ClassVar[str] = "actor"  # the attribute holding the network `act` runs
+    target_phase: ClassVar[str | None] = None  # the phase that times the target syncs, if any
     batch_size: int  # rows of the batch one `update` takes (set by each kind)
 
     @classmethod
@@ -90,6 +94,10 @@ class Learner(nn.Module):
         self.updates = 0
         self.scaler: torch.amp.GradScaler | None = None  # float16 loss scaling, if any
         self.skipped_steps = 0  # optimizer steps skipped on float16 overflow
+        # the metrics of the stages that skip updates (`Stage.every`), as they last ran
+        self.carried_metrics: Metrics = {}
+        # the compiled update (`hetrl.compiled`), when one is installed: `update` runs it
+        self.compiled_step: Callable[[Any], Metrics] | None = None
         # the update's own phases (`with self.timer("q_loss"):`), added up where the
         # scheduler points them (`time_phases`) next to the loop's phases
         self.timer = PhaseTimer({})
@@ -118,9 +126,64 @@ class Learner(nn.Module):
         finally:
             self._modules[self.policy_attr] = own
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """One gradient step; returns detached scalar tensors (no host sync here)."""
+    def stages(self) -> list[Stage]:
+        """The update's optimizer steps, in order (`hetrl.algos.rule.Stage`)."""
         raise NotImplementedError
+
+    def targets(self) -> list[TargetSync]:
+        """The target networks that follow online ones after each update."""
+        return []
+
+    def updates_in(self, steps: int) -> int | None:
+        """The updates a budget of `steps` env steps makes (None: the loop decides)."""
+        return None
+
+    def graph_key(self) -> int:
+        """Which of the update's forms the next update takes, where its stages change from
+        update to update (MADDPG's trainers take turns): each form compiles its own graph."""
+        return 0
+
+    def update(self, batch: Any) -> Metrics:
+        """One update by the declared rule, compiled where a compiled step is installed;
+        returns detached tensors (no host sync here)."""
+        if self.compiled_step is not None:
+            return self.compiled_step(batch)
+        return self.eager_update(batch)
+
+    def eager_update(self, batch: Any) -> Metrics:
+        """One update by the declaration, with autograd and the torch optimizers (through
+        the float16 loss scaler when there is one: `optimize`)."""
+        count, metrics = self.updates, {}
+        for stage in self.stages():
+            if not due(stage.when, count):
+                metrics.update(self.carried(stage))
+                continue
+            loss, out = stage_loss(self, stage, batch, count)
+            with self.timer(stage.phase) if stage.phase else nullcontext():
+                self.optimize(getattr(self, stage.optimizer), loss, stage.max_grad_norm)
+            if stage.when is not None:
+                self.carry(out)
+            metrics.update(out)
+        with self.timer(self.target_phase) if self.target_phase else nullcontext():
+            for sync in self.targets():
+                if due(sync.when, count):
+                    sync_target(self.get_submodule(sync.target),
+                                self.get_submodule(sync.online), sync.tau)
+        return metrics
+
+    def carried(self, stage: Stage) -> Metrics:
+        """The metrics of `stage` as it last ran (zeros before it first ran)."""
+        return {name: self.carried_metrics.get(name, torch.zeros((), device=self.device))
+                for name in stage.carried}
+
+    def carry(self, metrics: Metrics) -> None:
+        """Keep the metrics of a stage that skips updates, for the updates between."""
+        self.carried_metrics.update(metrics)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (an actor's, a timing probe's) runs the eager update: a compiled function
+        neither pickles nor belongs to another learner's tensors."""
+        return {**super().__getstate__(), "compiled_step": None}
 
     def optimize(
         self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float | None = None
@@ -198,6 +261,10 @@ class OffPolicyLearner(Learner):
         self.train_freq = train_freq
         self.gradient_steps = gradient_steps
 
+    def updates_in(self, steps: int) -> int:
+        """The updates a budget of `steps` env steps makes."""
+        return max(0, steps - self.learning_starts) // self.train_freq * self.gradient_steps
+
 
 class OnPolicyLearner(Learner):
     """A learner trained on its own fresh rollouts of `n_steps` steps of each of `n_envs`
@@ -210,6 +277,11 @@ class OnPolicyLearner(Learner):
         super().__init__(**common)
         self.n_steps, self.n_envs, self.gae_lambda = n_steps, n_envs, gae_lambda
         self.batch_size, self.n_epochs = self.rollout_size, 1
+
+    def updates_in(self, steps: int) -> int:
+        """The updates a budget of `steps` env steps makes (minibatches of every epoch)."""
+        minibatches = -(-self.rollout_size // self.batch_size)
+        return steps // self.rollout_size * self.n_epochs * minibatches
 
     @property
     def rollout_size(self) -> int:

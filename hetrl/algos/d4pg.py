@@ -14,7 +14,8 @@ import torch
 
 from hetrl.algos.base import Batch, weighted_mean, with_td_errors
 from hetrl.algos.ddpg import DDPG
-from hetrl.algos.networks import DistributionalCritic, adam, flat_dim, frozen_copy, polyak_update
+from hetrl.algos.networks import DistributionalCritic, adam, flat_dim, frozen_copy
+from hetrl.algos.rule import Metrics
 
 
 def project(support: torch.Tensor, next_probs: torch.Tensor, rewards: torch.Tensor,
@@ -71,7 +72,9 @@ class D4PG(DDPG):
         """The mean of the critic's distribution."""
         return (logits.softmax(dim=1) * self.support).sum(dim=1)
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def critic_loss(self, batch: Batch, count: object) -> tuple[torch.Tensor, Metrics]:
+        """The cross-entropy of the critic's distribution against the projected n-step
+        target distribution."""
         with torch.no_grad():
             next_logits = self.critic_target(batch.next_obs, self.actor_target(batch.next_obs))
             discounts = (torch.full_like(batch.rewards, self.gamma) if batch.discounts is None
@@ -80,18 +83,9 @@ class D4PG(DDPG):
 
         logits = self.critic(batch.obs, batch.actions)
         cross_entropy = -(target * logits.log_softmax(dim=1)).sum(dim=1)
-        critic_loss = weighted_mean(cross_entropy, batch.weights)
-        self.optimize(self.critic_optimizer, critic_loss)
-
-        actor_loss = self.actor_loss(batch.obs)
-        self.optimize(self.actor_optimizer, actor_loss)
-
-        polyak_update(self.critic_target, self.critic, self.tau)
-        polyak_update(self.actor_target, self.actor, self.tau)
-        self.updates += 1
+        loss = weighted_mean(cross_entropy, batch.weights)
         q = self.q_value(logits.detach())
         # the TD error of the distributions' means: E[r + discount · Z'] − Q(s, a)
         td_error = q - (target * self.support).sum(dim=1)
-        return with_td_errors({"critic_loss": critic_loss.detach(),
-                               "actor_loss": actor_loss.detach(), "q_mean": q.mean()},
-                              batch, td_error)
+        return loss, with_td_errors({"critic_loss": loss.detach(), "q_mean": q.mean()},
+                                    batch, td_error)

@@ -7,8 +7,8 @@ import numpy as np
 import torch
 
 from hetrl.algos.base import Batch, OffPolicyLearner, weighted_mean, with_td_errors
-from hetrl.algos.networks import (Actor, QCritic, adam, flat_dim, frozen, frozen_copy,
-                                  polyak_update)
+from hetrl.algos.networks import Actor, QCritic, adam, flat_dim, frozen_copy
+from hetrl.algos.rule import Metrics, Stage, TargetSync
 from hetrl.algos.noise import ActionNoise
 from hetrl.config.enums import ActionSpace
 from hetrl.partition.builder import mlp_input_shape
@@ -66,28 +66,27 @@ class DDPG(OffPolicyLearner):
         """Q(s, a) of the critic's output (DDPG's critic outputs it)."""
         return critic_output
 
-    def actor_loss(self, obs: torch.Tensor) -> torch.Tensor:
-        """−Q(s, π(s)), backpropagated through the critic into the actor. The critic is
-        frozen there: the actor's optimizer would discard its weight gradients, a third of
-        the critic's backward (8-11 % of a DDPG or D4PG update on the CPU)."""
-        with frozen(self.critic):
-            return -self.q_value(self.critic(obs, self.actor(obs))).mean()
+    def stages(self) -> list[Stage]:
+        """The critic's step, then the actor's through the critic just stepped (frozen)."""
+        return [Stage("critic_optimizer", self.critic_loss),
+                Stage("actor_optimizer", self.actor_loss, frozen=("critic",))]
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def targets(self) -> list[TargetSync]:
+        return [TargetSync("critic_target", "critic", self.tau),
+                TargetSync("actor_target", "actor", self.tau)]
+
+    def actor_loss(self, batch: Batch, count: object) -> tuple[torch.Tensor, Metrics]:
+        """−Q(s, π(s)), backpropagated through the critic into the actor."""
+        loss = -self.q_value(self.critic(batch.obs, self.actor(batch.obs))).mean()
+        return loss, {"actor_loss": loss.detach()}
+
+    def critic_loss(self, batch: Batch, count: object) -> tuple[torch.Tensor, Metrics]:
+        """The squared TD error against the target networks' bootstrap."""
         with torch.no_grad():
             next_q = self.critic_target(batch.next_obs, self.actor_target(batch.next_obs))
             td_target = batch.rewards + self.gamma * (1.0 - batch.terminated) * next_q
 
         q = self.critic(batch.obs, batch.actions)
-        critic_loss = weighted_mean((q - td_target).pow(2), batch.weights)
-        self.optimize(self.critic_optimizer, critic_loss)
-
-        actor_loss = self.actor_loss(batch.obs)
-        self.optimize(self.actor_optimizer, actor_loss)
-
-        polyak_update(self.critic_target, self.critic, self.tau)
-        polyak_update(self.actor_target, self.actor, self.tau)
-        self.updates += 1
-        return with_td_errors({"critic_loss": critic_loss.detach(),
-                               "actor_loss": actor_loss.detach(), "q_mean": q.detach().mean()},
-                              batch, q - td_target)
+        loss = weighted_mean((q - td_target).pow(2), batch.weights)
+        return loss, with_td_errors({"critic_loss": loss.detach(), "q_mean": q.detach().mean()},
+                                    batch, q - td_target)

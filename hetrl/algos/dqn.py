@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from hetrl.algos.base import Batch, OffPolicyLearner, weighted_mean, with_td_errors
 from hetrl.algos.networks import adam, frozen_copy, network
+from hetrl.algos.rule import Metrics, Stage, TargetSync, every
 from hetrl.config.enums import ActionSpace
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.steps import dqn_step_graph
@@ -72,7 +73,14 @@ class DQN(OffPolicyLearner):
             actions = np.where(explore, actions, greedy)
         return actions
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def stages(self) -> list[Stage]:
+        return [Stage("optimizer", self.td_loss_of, self.max_grad_norm)]
+
+    def targets(self) -> list[TargetSync]:
+        return [TargetSync("q_target", "q", when=every(self.target_update_interval))]
+
+    def td_loss_of(self, batch: Batch, count: object) -> tuple[torch.Tensor, Metrics]:
+        """The TD loss of the online Q-network against the target network's bootstrap."""
         with torch.no_grad():
             next_q = self.q_target(batch.next_obs)
             if self.double_dqn:
@@ -84,11 +92,5 @@ class DQN(OffPolicyLearner):
 
         q = self.q(batch.obs).gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
         loss = weighted_mean(self.td_loss(q, td_target, reduction="none"), batch.weights)
-
-        self.optimize(self.optimizer, loss, max_grad_norm=self.max_grad_norm)
-
-        self.updates += 1
-        if self.updates % self.target_update_interval == 0:
-            self.q_target.load_state_dict(self.q.state_dict())
-        return with_td_errors({"loss": loss.detach(), "q_mean": q.detach().mean()}, batch,
-                              q - td_target)
+        return loss, with_td_errors({"loss": loss.detach(), "q_mean": q.detach().mean()}, batch,
+                                    q - td_target)

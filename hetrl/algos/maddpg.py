@@ -10,20 +10,24 @@ update times its own phases: `target_q`, `q_loss`, `p_loss`, `target_update`.
 
 from __future__ import annotations
 
+from functools import partial
+
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hetrl.algos.base import Batch, OffPolicyLearner, weighted_mean
-from hetrl.algos.networks import adam, frozen, frozen_copy, mlp, polyak_update
+from hetrl.algos.base import Batch, OffPolicyLearner, weighted_mean, with_td_errors
+from hetrl.algos.networks import adam, frozen_copy, mlp
+from hetrl.algos.rule import Metrics, Stage, TargetSync
 from hetrl.config.enums import ActionSpace, Agents
 
 
 class MADDPG(OffPolicyLearner):
     action_space = ActionSpace.discrete
     agents = Agents.multi
+    target_phase = "target_update"
 
     def __init__(
         self,
@@ -70,45 +74,58 @@ class MADDPG(OffPolicyLearner):
             moves.append((F.gumbel_softmax(logits) if step is not None else logits).argmax(1))
         return torch.stack(moves, dim=1).cpu().numpy()
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
-        i = self.updates % self.n_agents  # the trainer whose turn it is
-        actions = self._one_hot(batch.actions)
+    def graph_key(self) -> int:
+        """The trainer whose turn it is."""
+        return self.updates % self.n_agents
+
+    def stages(self) -> list[Stage]:
+        """The critic's step, then the actor's, of the trainer whose turn it is."""
+        i = self.graph_key()
+        return [Stage("critic_optimizer", partial(self.critic_loss, i), self.max_grad_norm,
+                      trains=self.critics_of(i), phase="q_loss"),
+                Stage("actor_optimizer", partial(self.actor_loss, i), self.max_grad_norm,
+                      frozen=(f"critics.{i}",), trains=(f"actors.{i}",), phase="p_loss")]
+
+    def critics_of(self, i: int) -> tuple[str, ...]:
+        """Trainer i's critics (of the critic optimizer's, which holds every trainer's)."""
+        return (f"critics.{i}",)
+
+    def targets(self) -> list[TargetSync]:
+        i = self.graph_key()
+        return [TargetSync(f"critic_targets.{i}", f"critics.{i}", self.tau),
+                TargetSync(f"actor_targets.{i}", f"actors.{i}", self.tau)]
+
+    def critic_loss(self, i: int, batch: Batch, count: object) -> tuple[torch.Tensor, Metrics]:
+        """Trainer i's squared TD error against its target critic's bootstrap of every
+        agent's target actions."""
         with self.timer("target_q"), torch.no_grad():
             next_actions = self._soft_actions(self.actor_targets, batch.next_obs)
             next_q = self.critic_targets[i](self._joint(batch.next_obs, next_actions)).squeeze(1)
             td_target = batch.rewards[:, i] + self.gamma * (1.0 - batch.terminated[:, i]) * next_q
-
         with self.timer("q_loss"):
-            q = self.critics[i](self._joint(batch.obs, actions)).squeeze(1)
-            td_error = q - td_target
-            critic_loss = _weighted_mse(td_error, batch.weights)
-            self.optimize(self.critic_optimizer, critic_loss, self.max_grad_norm)
+            q = self.critics[i](self._joint(batch.obs, self._one_hot(batch.actions))).squeeze(1)
+            return self._critic_metrics(q - td_target, q, batch)
 
-        with self.timer("p_loss"), frozen(self.critics[i]):
-            actor_loss = self._actor_loss(i, batch.obs, actions, self.critics[i])
-            self.optimize(self.actor_optimizer, actor_loss, self.max_grad_norm)
-
-        with self.timer("target_update"):
-            polyak_update(self.critic_targets[i], self.critics[i], self.tau)
-            polyak_update(self.actor_targets[i], self.actors[i], self.tau)
-        self.updates += 1
-        return self._metrics(critic_loss, actor_loss, q, td_error, batch)
-
-    def _actor_loss(self, i: int, obs: torch.Tensor, actions: list[torch.Tensor],
-                    critic: nn.Module) -> torch.Tensor:
+    def actor_loss(self, i: int, batch: Batch, count: object) -> tuple[torch.Tensor, Metrics]:
         """-Q_i with agent i's action from its policy (a soft Gumbel-softmax sample), the
         others' from the batch, plus openai/maddpg's small penalty on the logits."""
-        logits = self.actors[i](self._agent_obs(obs, i))
-        own = [*actions[:i], F.gumbel_softmax(logits), *actions[i + 1:]]
-        return -critic(self._joint(obs, own)).mean() + self.policy_reg * logits.pow(2).mean()
+        with self.timer("p_loss"):
+            actions = self._one_hot(batch.actions)
+            logits = self.actors[i](self._agent_obs(batch.obs, i))
+            own = [*actions[:i], F.gumbel_softmax(logits), *actions[i + 1:]]
+            loss = (-self.critics[i](self._joint(batch.obs, own)).mean()
+                    + self.policy_reg * logits.pow(2).mean())
+            return loss, {"actor_loss": loss.detach()}
 
-    def _metrics(self, critic_loss: torch.Tensor, actor_loss: torch.Tensor, q: torch.Tensor,
-                 td_error: torch.Tensor, batch: Batch) -> dict[str, torch.Tensor]:
-        metrics = {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
-                   "q_mean": q.detach().mean()}
-        if batch.weights is not None:
-            metrics["td_errors"] = td_error.detach()
-        return metrics
+    def _critic_metrics(self, td_error: torch.Tensor, q: torch.Tensor,
+                        batch: Batch, *others: torch.Tensor) -> tuple[torch.Tensor, Metrics]:
+        """The critic loss of TD errors `td_error` (and of `others`, a twin critic's) and its
+        metrics: the mean squared TD error, weighted by importance weights when the batch has
+        them."""
+        loss = sum((weighted_mean(e.pow(2), batch.weights) for e in others),
+                   weighted_mean(td_error.pow(2), batch.weights))
+        return loss, with_td_errors({"critic_loss": loss.detach(), "q_mean": q.detach().mean()},
+                                    batch, td_error)
 
     def _agent_obs(self, obs: torch.Tensor, i: int) -> torch.Tensor:
         return obs[:, i, : self.obs_dims[i]]
@@ -125,7 +142,3 @@ class MADDPG(OffPolicyLearner):
         flat = obs.flatten(1)
         return torch.cat([flat[:, self.real] if self.padded else flat, *actions], dim=1)
 
-
-def _weighted_mse(td_error: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
-    """Mean squared TD error, weighted by importance weights when the batch has them."""
-    return weighted_mean(td_error.pow(2), weights)

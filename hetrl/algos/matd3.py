@@ -4,13 +4,16 @@ and actor and target updates once every `policy_delay` updates of a trainer."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import gymnasium as gym
 import torch
 from torch import nn
 
 from hetrl.algos.base import Batch
-from hetrl.algos.maddpg import MADDPG, _weighted_mse
-from hetrl.algos.networks import adam, frozen, frozen_copy, mlp, polyak_update
+from hetrl.algos.maddpg import MADDPG
+from hetrl.algos.networks import adam, frozen_copy, mlp
+from hetrl.algos.rule import Metrics, Stage, TargetSync
 
 
 class MATD3(MADDPG):
@@ -33,11 +36,29 @@ class MATD3(MADDPG):
         self.critic2_targets = frozen_copy(self.critics2)
         self.critic_optimizer = adam([*self.critics.parameters(), *self.critics2.parameters()],
                                      self.lr)
-        self.last_actor_loss = torch.zeros((), device=self.device)
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
-        i = self.updates % self.n_agents  # the trainer whose turn it is
-        actions = self._one_hot(batch.actions)
+    def delayed(self, count: object) -> object:
+        """Whether the trainers' actors and targets update in this round of updates."""
+        return (count // self.n_agents) % self.policy_delay == 0
+
+    def stages(self) -> list[Stage]:
+        """Both critics' step every update, the actor's in every `policy_delay`-th round."""
+        critic, actor = super().stages()
+        return [critic, replace(actor, when=self.delayed, carried=("actor_loss",))]
+
+    def critics_of(self, i: int) -> tuple[str, ...]:
+        return (f"critics.{i}", f"critics2.{i}")
+
+    def targets(self) -> list[TargetSync]:
+        i = self.graph_key()
+        return [TargetSync(f"{target}.{i}", f"{online}.{i}", self.tau, when=self.delayed)
+                for target, online in (("critic_targets", "critics"),
+                                       ("critic2_targets", "critics2"),
+                                       ("actor_targets", "actors"))]
+
+    def critic_loss(self, i: int, batch: Batch, count: object) -> tuple[torch.Tensor, Metrics]:
+        """Both of trainer i's critics against the smaller target critic's bootstrap of the
+        smoothed target actions."""
         with self.timer("target_q"), torch.no_grad():
             next_actions = [
                 a + (torch.randn_like(a) * self.target_noise).clamp(-self.target_noise_clip,
@@ -48,24 +69,8 @@ class MATD3(MADDPG):
             next_q = torch.min(self.critic_targets[i](joint_next),
                                self.critic2_targets[i](joint_next)).squeeze(1)
             td_target = batch.rewards[:, i] + self.gamma * (1.0 - batch.terminated[:, i]) * next_q
-
         with self.timer("q_loss"):
-            joint = self._joint(batch.obs, actions)
+            joint = self._joint(batch.obs, self._one_hot(batch.actions))
             q1 = self.critics[i](joint).squeeze(1)
             q2 = self.critics2[i](joint).squeeze(1)
-            td_error = q1 - td_target
-            critic_loss = (_weighted_mse(td_error, batch.weights)
-                           + _weighted_mse(q2 - td_target, batch.weights))
-            self.optimize(self.critic_optimizer, critic_loss, self.max_grad_norm)
-
-        if (self.updates // self.n_agents) % self.policy_delay == 0:  # this trainer's turn
-            with self.timer("p_loss"), frozen(self.critics[i]):
-                actor_loss = self._actor_loss(i, batch.obs, actions, self.critics[i])
-                self.optimize(self.actor_optimizer, actor_loss, self.max_grad_norm)
-                self.last_actor_loss = actor_loss.detach()
-            with self.timer("target_update"):
-                polyak_update(self.critic_targets[i], self.critics[i], self.tau)
-                polyak_update(self.critic2_targets[i], self.critics2[i], self.tau)
-                polyak_update(self.actor_targets[i], self.actors[i], self.tau)
-        self.updates += 1
-        return self._metrics(critic_loss, self.last_actor_loss, q1, td_error, batch)
+            return self._critic_metrics(q1 - td_target, q1, batch, q2 - td_target)

@@ -1,5 +1,5 @@
 """Building blocks the learners share: MLPs, the Nature CNN, a bounded actor, a stochastic
-policy, Q critics (scalar and distributional), Polyak averaging."""
+policy, Q critics (scalar and distributional), target copies."""
 
 from __future__ import annotations
 
@@ -169,12 +169,6 @@ def frozen(module: nn.Module) -> Iterator[None]:
         yield
     finally:
         module.requires_grad_(True)
-
-
-@torch.no_grad()
-def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """target <- (1 - tau) * target + tau * online, in one fused call."""
-    torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
 
 
 def adam(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Adam:

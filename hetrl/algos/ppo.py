@@ -11,6 +11,7 @@ import torch
 
 from hetrl.algos.a2c import A2C
 from hetrl.algos.base import RolloutBatch
+from hetrl.algos.rule import Metrics
 
 
 class PPO(A2C):
@@ -31,16 +32,14 @@ class PPO(A2C):
         """SB3's PPO optimizer: Adam with eps 1e-5."""
         return torch.optim.Adam(params, lr=self.lr, eps=1e-5)
 
-    def update(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
-        dist = self.actor.distribution(batch.obs)
+    def policy_loss(self, dist: torch.distributions.Distribution,
+                    batch: RolloutBatch) -> tuple[torch.Tensor, Metrics]:
+        """The clipped surrogate objective, with its clip fraction and approximate KL."""
         advantages = self.advantages(batch)
         ratio = (dist.log_prob(batch.actions) - batch.log_probs).exp()
         clipped = ratio.clamp(1 - self.clip_range, 1 + self.clip_range)
         policy_loss = -torch.min(advantages * ratio, advantages * clipped).mean()
-
-        metrics = self.train_on(policy_loss, dist, batch)
-
         with torch.no_grad():
             clip_fraction = ((ratio - 1).abs() > self.clip_range).float().mean()
             approx_kl = ((ratio - 1) - ratio.log()).mean()  # CleanRL's k3 estimator
-        return {**metrics, "clip_fraction": clip_fraction, "approx_kl": approx_kl}
+        return policy_loss, {"clip_fraction": clip_fraction, "approx_kl": approx_kl}

@@ -8,7 +8,8 @@ import torch
 
 from hetrl.algos.base import Batch, weighted_mean, with_td_errors
 from hetrl.algos.ddpg import DDPG
-from hetrl.algos.networks import QCritic, adam, flat_dim, frozen_copy, polyak_update
+from hetrl.algos.networks import QCritic, adam, flat_dim, frozen_copy
+from hetrl.algos.rule import Metrics, Stage, TargetSync, every
 
 
 class TD3(DDPG):
@@ -28,13 +29,26 @@ class TD3(DDPG):
         self.critic2 = QCritic(flat_dim(obs_space), flat_dim(act_space), self.hidden).to(self.device)
         self.critic2_target = frozen_copy(self.critic2)
         self.critic_optimizer = adam([*self.critic.parameters(), *self.critic2.parameters()], self.lr)
-        self.last_actor_loss = torch.zeros((), device=self.device)
 
     def _critics(self) -> dict[str, tuple[torch.nn.Module, torch.nn.Module]]:
         return {"critic": (self.critic, self.critic_target),
                 "critic2": (self.critic2, self.critic2_target)}
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def stages(self) -> list[Stage]:
+        """Both critics' step each update; the actor's once every `policy_delay`."""
+        return [Stage("critic_optimizer", self.critic_loss),
+                Stage("actor_optimizer", self.actor_loss, frozen=("critic",),
+                      when=every(self.policy_delay), carried=("actor_loss",))]
+
+    def targets(self) -> list[TargetSync]:
+        return [TargetSync(target, online, self.tau, when=every(self.policy_delay))
+                for target, online in (("critic_target", "critic"),
+                                       ("critic2_target", "critic2"),
+                                       ("actor_target", "actor"))]
+
+    def critic_loss(self, batch: Batch, count: object) -> tuple[torch.Tensor, Metrics]:
+        """Both critics' squared TD errors against the smaller target critic's bootstrap of
+        the smoothed target action."""
         with torch.no_grad():
             smoothing = (torch.randn_like(batch.actions) * self.target_noise).clamp(
                 -self.target_noise_clip, self.target_noise_clip
@@ -48,19 +62,7 @@ class TD3(DDPG):
 
         q1 = self.critic(batch.obs, batch.actions)
         q2 = self.critic2(batch.obs, batch.actions)
-        critic_loss = (weighted_mean((q1 - td_target).pow(2), batch.weights)
-                       + weighted_mean((q2 - td_target).pow(2), batch.weights))
-        self.optimize(self.critic_optimizer, critic_loss)
-
-        self.updates += 1
-        if self.updates % self.policy_delay == 0:
-            actor_loss = self.actor_loss(batch.obs)
-            self.optimize(self.actor_optimizer, actor_loss)
-            self.last_actor_loss = actor_loss.detach()
-
-            polyak_update(self.critic_target, self.critic, self.tau)
-            polyak_update(self.critic2_target, self.critic2, self.tau)
-            polyak_update(self.actor_target, self.actor, self.tau)
-        return with_td_errors({"critic_loss": critic_loss.detach(),
-                               "actor_loss": self.last_actor_loss, "q_mean": q1.detach().mean()},
-                              batch, q1 - td_target)
+        loss = (weighted_mean((q1 - td_target).pow(2), batch.weights)
+                + weighted_mean((q2 - td_target).pow(2), batch.weights))
+        return loss, with_td_errors({"critic_loss": loss.detach(), "q_mean": q1.detach().mean()},
+                                    batch, q1 - td_target)

@@ -12,6 +12,16 @@ from hetrl.config.enums import Device, Reference
 from hetrl.config.errors import require
 
 
+COMPILE_MODES = ("auto", "true", "false")
+"""`compile`: auto times the eager and the compiled update while the job is built and keeps
+the faster where compiling pays over the budget; true compiles; false stays eager."""
+
+
+def compile_mode(value: Any) -> str:
+    """`compile` as one of COMPILE_MODES' names (a bool as Hydra parses `compile=true`)."""
+    return str(value).lower()
+
+
 @dataclass
 class EvalConfig:
     """Deterministic evaluation of the policy during training (hetrl.evaluation.Evaluator)."""
@@ -45,8 +55,11 @@ class RunConfig:
     resume: Optional[str] = MISSING
     log_every: int = MISSING
     eval: EvalConfig = MISSING
+    compile: Any = MISSING  # auto | true | false (the command line reads true/false as bools)
 
     def __post_init__(self) -> None:
+        require(compile_mode(self.compile) in COMPILE_MODES, "compile", self.compile,
+                ", ".join(COMPILE_MODES))
         require(self.steps >= 1, "steps", self.steps, "integers >= 1")
         require(self.seed >= 0, "seed", self.seed, "integers >= 0")
         require(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every,

@@ -27,6 +27,7 @@ import torch
 from hetrl.algos.base import Batch, Learner, RolloutBatch
 from hetrl.partition.graph import Kind, Pass, TaskGraph
 from hetrl.precision.native import compute_in
+from hetrl.scheduler.updates import learn
 from hetrl.seeding import rng_states, set_rng_states
 
 Key = tuple[str, str, Pass]  # (network, layer path, pass)
@@ -60,7 +61,7 @@ def measure_step(learner: Learner, graph: TaskGraph, obs_space: gym.Space, act_s
             for i in range(warmup + repeats):
                 hooks.start()
                 with context:
-                    probe.update(batch)
+                    learn(probe, batch)
                 if i >= warmup:
                     samples.append(hooks.node_seconds())
     finally:
@@ -89,7 +90,7 @@ def compare_updates(learners: dict[str, Learner], contexts: dict[str, Any],
                     torch.cuda.synchronize(device)
                 start = perf_counter()
                 with contexts[name]:
-                    learner.update(batch)
+                    learn(learner, batch)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 if i >= warmup:
@@ -100,16 +101,19 @@ def compare_updates(learners: dict[str, Learner], contexts: dict[str, Any],
 
 
 def random_batch(learner: Learner, obs_space: gym.Space, act_space: gym.Space, n: int,
-                 device: torch.device) -> Batch | RolloutBatch | tuple[torch.Tensor, ...]:
-    """A batch of the kind `learner.update` takes, from a generator of its own (no global
-    RNG is touched): only its shapes and dtypes matter for timing."""
-    rng = np.random.default_rng(0)
+                 device: torch.device, seed: int = 0
+                 ) -> Batch | RolloutBatch | tuple[torch.Tensor, ...]:
+    """A batch of the kind `learner.update` takes, from a generator of its own seeded with
+    `seed` (no global RNG is touched): only its shapes and dtypes matter for timing."""
+    rng = np.random.default_rng(seed)
     if hasattr(learner, "random_batch"):  # a batch of its own kind (AlphaZero's positions)
         return learner.random_batch(n, rng, device)
 
     def draw(space: gym.Space) -> torch.Tensor:
         if isinstance(space, gym.spaces.Discrete):
             values = rng.integers(space.n, size=n)
+        elif isinstance(space, gym.spaces.MultiDiscrete):  # one move per agent
+            values = rng.integers(space.nvec, size=(n, *space.shape))
         elif space.dtype == np.uint8:
             values = rng.integers(0, 256, size=(n, *space.shape), dtype=np.uint8)
         else:
@@ -118,14 +122,17 @@ def random_batch(learner: Learner, obs_space: gym.Space, act_space: gym.Space, n
                 values = np.clip(values, space.low, space.high).astype(np.float32)  # f64 bounds
         return torch.as_tensor(values, device=device)
 
+    agents = getattr(learner, "n_agents", None)  # multi-agent: a reward per agent
+    per_row = (n,) if agents is None else (n, agents)
+
     def normal() -> torch.Tensor:
-        return torch.as_tensor(rng.standard_normal(n).astype(np.float32), device=device)
+        return torch.as_tensor(rng.standard_normal(per_row).astype(np.float32), device=device)
 
     if learner.on_policy:
         return RolloutBatch(draw(obs_space), draw(act_space), normal(), normal(), normal(),
                             normal())
     return Batch(draw(obs_space), draw(act_space), normal(), draw(obs_space),
-                 torch.zeros(n, device=device))
+                 torch.zeros(per_row, device=device))
 
 
 class _Hooks:

@@ -11,6 +11,7 @@ from hetrl.replay.rollout import RolloutBuffer
 from hetrl.scheduler.base import LoopNeeds
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.state import LoopState
+from hetrl.scheduler.updates import learn
 from hetrl.timing import PhaseTimer
 
 
@@ -68,7 +69,7 @@ class OnPolicyScheduler:
                     with timer("sample"):
                         batch = rollout.batch(indices)
                     with timer("update"), autocast:
-                        learner_metrics = learner.update(batch)
+                        learner_metrics = learn(learner, batch)
                     state.updates += 1
 
             boundary(learner.rollout_size, obs, learner_metrics)

@@ -22,7 +22,8 @@ class Updates:
     """The update schedule and the update step of an off-policy learner: `gradient_steps`
     updates for every `train_freq` env steps (counted across envs and actors), once more
     than `learning_starts` env steps are in; each update samples a batch, learns from it in
-    the precision's autocast, and hands a prioritized replay the rows' new priorities.
+    the precision's autocast (`learn`: the learner's update, compiled where `compile` chose
+    it, then counted), and hands a prioritized replay the rows' new priorities.
 
     `owed` reads an `OffPolicyLearner`'s schedule; MiniGo's loop, whose AlphaZero trains a
     fixed number of steps a generation, calls `step` alone, on its window of generations
@@ -54,7 +55,7 @@ class Updates:
             batch = replay.sample(self.rows)
         keep = after_sample(batch) if after_sample is not None else None
         with timer("update"), self.autocast:
-            metrics = learner.update(batch)
+            metrics = learn(learner, batch)
         if batch.weights is not None:  # prioritized: new priorities
             with timer("priority_update"):
                 indices, td_errors = batch.indices, metrics.pop("td_errors")
@@ -66,3 +67,12 @@ class Updates:
                 replay.update_priorities(indices, td_errors)
         self.state.updates += 1
         return metrics
+
+
+def learn(learner: Learner, batch: object) -> dict[str, torch.Tensor]:
+    """The learner's update on `batch` (compiled where `hetrl.compiled` installed it), then
+    counted: the one place a learner's `updates` grows (its checkpoint keeps it; the rule
+    reads it: TD3's delay, DQN's target copy, MADDPG's trainer, AlphaZero's learning rate)."""
+    metrics = learner.update(batch)
+    learner.updates += 1
+    return metrics

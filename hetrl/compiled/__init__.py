@@ -1,0 +1,1 @@
+"""The compiled update: a learner's declared update as one graph, and when to use it."""

@@ -1,0 +1,241 @@
+"""`compile=auto|true|false`: whether a job's updates run compiled, decided while it is built.
+
+`auto` weighs what compiling costs against what it can save over the job's budget of
+updates, before paying for it: the eager update is timed on the job's real shapes (a few
+updates), and the compile time is the one this machine last took for the same update (the
+cache's record), or `COLD_COMPILE_S` where it never compiled it. Compiling goes ahead only
+where the budget's eager time, all of which a compiled update could at most save, exceeds
+that. Once compiled, the two updates are timed in turns and the faster one trains (the
+compile time is spent by then). `true` compiles whatever the budget, and fails before
+training where the update cannot compile or the machine cannot build kernels; `false` keeps
+the eager update."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from hetrl.algos.base import Batch, Learner
+from hetrl.compiled.step import GraphStep, unsupported
+from hetrl.compiled.toolchain import cache_dir, missing
+from hetrl.config.errors import ConfigError
+from hetrl.platform.measure import random_batch
+from hetrl.replay.samplers import PrioritizedSampler
+from hetrl.seeding import rng_states, set_rng_states
+
+log = logging.getLogger("hetrl")
+
+COLD_COMPILE_S = 60.0
+"""The compile time assumed for an update this machine never compiled (first compiles took
+11-63 s on the project's busy 2-core hosts; a warm cache 3-4 s)."""
+WARM_COMPILE_S = 3.0
+"""The least a compile takes, from a warm cache: a budget that cannot save this is eager at
+once, without timing anything beyond a few eager updates."""
+RECORDS = "hetrl-compile-times.json"
+
+
+@dataclass
+class UpdateChoice:
+    """What `compile` chose for the job's update and the figures it chose on."""
+
+    mode: str
+    compiled: bool
+    reason: str
+    eager_s: float | None = None
+    compiled_s: float | None = None
+    compile_s: float | None = None
+
+    def metrics(self) -> dict[str, float]:
+        """host/update_eager_s, host/update_compiled_s, host/compile_s: those measured."""
+        figures = {"update_eager_s": self.eager_s, "update_compiled_s": self.compiled_s,
+                   "compile_s": self.compile_s}
+        return {f"host/{k}": v for k, v in figures.items() if v is not None}
+
+    def line(self) -> str:
+        return f"compile={self.mode}: {'compiled' if self.compiled else 'eager'} update ({self.reason})"
+
+
+def compiler(device: torch.device) -> Callable[[Callable], Callable]:
+    """torch.compile as the update takes it: one whole graph, static shapes, random numbers
+    drawn as eager draws them (the same run, compiled or not); on CUDA, captured as a CUDA
+    graph (`reduce-overhead`)."""
+    mode = "reduce-overhead" if device.type == "cuda" else None
+    # MADDPG compiles a graph per trainer, of one function: past dynamo's default of 8
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    return lambda fn: torch.compile(fn, fullgraph=True, dynamic=False, mode=mode,
+                                    options=None if mode else {"fallback_random": True})
+
+
+def choose_update(learner: Learner, mode: str, updates: int | None, batch: Any,
+                  context: Callable[[], contextlib.AbstractContextManager]) -> UpdateChoice:
+    """Decide, install (`learner.compiled_step`) and return the job's update choice; `updates`
+    is the job's budget of updates (None: unknown), `batch` one of the job's shapes,
+    `context()` the precision's autocast each update runs in. A small budget is told at once:
+    one eager update is timed, nothing is compiled."""
+    if mode == "false":
+        return UpdateChoice(mode, False, "as asked")
+    if mode == "auto" and updates is None:
+        return UpdateChoice(mode, False, "the job's number of updates is unknown")
+    eager_s = None
+    if mode == "auto":
+        eager_s = time_updates({"eager": lambda: learner.eager_update(batch)}, learner,
+                               context, warmup=1, repeats=1)["eager"]
+        if updates * eager_s < WARM_COMPILE_S / 2:  # even a cached compile would not pay
+            return UpdateChoice(mode, False, _not_worth(updates, eager_s, updates * eager_s,
+                                                        WARM_COMPILE_S, "from a warm cache"),
+                                eager_s=eager_s)
+    why = unsupported(learner) or missing(learner.device)
+    if why is not None:
+        if mode == "true":
+            raise ConfigError(f"compile=true cannot compile the update of "
+                              f"{type(learner).__name__}: {why} (compile=auto or false run it "
+                              "eager)")
+        return UpdateChoice(mode, False, f"cannot compile: {why}", eager_s=eager_s)
+    if mode == "auto" and (not_worth := _not_worth_compiling(learner, updates, batch, context)):
+        return not_worth
+    try:
+        return _compile_and_time(learner, mode, updates, batch, context)
+    except Exception as error:  # noqa: BLE001 - a compiler's failure: eager trains instead
+        if mode == "true":
+            raise RuntimeError(f"compile=true: the update of {type(learner).__name__} did not "
+                               f"compile: {error}") from error
+        log.debug("compile failed", exc_info=True)
+        return UpdateChoice(mode, False, f"compiling failed: {str(error).splitlines()[0]}",
+                            eager_s=eager_s)
+
+
+def _not_worth_compiling(learner: Learner, updates: int, batch: Any,
+                         context: Callable[[], contextlib.AbstractContextManager]
+                         ) -> UpdateChoice | None:
+    """compile=auto's choice of eager where the budget's saving (as measured last time on
+    this machine, else at most the whole eager time) is less than compiling would take."""
+    record = last_compile(learner, batch)
+    eager_s = time_updates({"eager": lambda: learner.eager_update(batch)}, learner,
+                           context)["eager"]
+    expected = record["compile_s"] if record else COLD_COMPILE_S
+    saving = updates * eager_s * (max(0.0, 1.0 - record["ratio"]) if record else 1.0)
+    if saving >= max(expected, WARM_COMPILE_S):
+        return None
+    source = "as last time on this machine" if record else "not compiled on this machine yet"
+    return UpdateChoice("auto", False, _not_worth(updates, eager_s, saving, expected, source),
+                        eager_s=eager_s)
+
+
+def _not_worth(updates: int, eager_s: float, saving: float, expected: float,
+               source: str) -> str:
+    return (f"{updates:,} updates of {1e3 * eager_s:.2f} ms eager save at most "
+            f"{saving:.1f} s, less than compiling ({expected:.0f} s, {source})")
+
+
+def _compile_and_time(learner: Learner, mode: str, updates: int | None, batch: Any,
+                      context: Callable[[], contextlib.AbstractContextManager]) -> UpdateChoice:
+    step = GraphStep(learner, compiler(learner.device))
+    saved = copy.deepcopy(learner.checkpoint())
+    rngs = rng_states()
+    try:
+        start = perf_counter()
+        with context():
+            step(batch)
+        compile_s = perf_counter() - start
+        times = time_updates({"eager": lambda: learner.eager_update(batch),
+                        "compiled": lambda: step(batch)}, learner, context)
+    finally:
+        learner.restore(saved)
+        set_rng_states(rngs)
+    eager_s, compiled_s = times["eager"], times["compiled"]
+    _remember(_key(learner, batch), compile_s, compiled_s / eager_s)
+    faster = compiled_s < eager_s
+    if mode == "true" or faster:
+        learner.compiled_step = step
+    figures = (f"an update {1e3 * compiled_s:.2f} ms compiled, {1e3 * eager_s:.2f} ms eager, "
+               f"compiled in {compile_s:.1f} s")
+    if mode == "true":
+        reason = f"as asked; {figures}"
+    elif faster:
+        saving = f", saving about {updates * (eager_s - compiled_s):.0f} s" if updates else ""
+        reason = f"{eager_s / compiled_s:.1f}x faster{saving}; {figures}"
+    else:
+        reason = f"compiled is no faster here; {figures}"
+    return UpdateChoice(mode, mode == "true" or faster, reason, eager_s, compiled_s, compile_s)
+
+
+def time_updates(updates: dict[str, Callable[[], Any]], learner: Learner,
+                 context: Callable[[], contextlib.AbstractContextManager],
+                 warmup: int = 3, repeats: int = 15) -> dict[str, float]:
+    """Median seconds of each update, taking turns, each counted as the update step counts
+    (the learner's count and every RNG are put back)."""
+    samples: dict[str, list[float]] = {name: [] for name in updates}
+    count, rngs = learner.updates, rng_states()
+    try:
+        for i in range(warmup + repeats):
+            for name, update in updates.items():
+                start = perf_counter()
+                with context():
+                    update()
+                if learner.device.type == "cuda":
+                    torch.cuda.synchronize(learner.device)
+                if i >= warmup:
+                    samples[name].append(perf_counter() - start)
+                learner.updates += 1
+    finally:
+        learner.updates = count
+        set_rng_states(rngs)
+    return {name: float(np.median(s)) for name, s in samples.items()}
+
+
+def job_batch(learner: Learner, spaces: dict[str, gym.Space], replay: object = None) -> Any:
+    """A batch of the job's shapes and fields, drawn from a generator of its own: as the
+    job's replay samples them (a uniform replay's bootstrap discounts, a prioritized one's
+    indices and importance weights), so the graph compiled on it is the one training runs."""
+    batch = random_batch(learner, **spaces, n=learner.batch_size, device=learner.device)
+    if replay is None or not isinstance(batch, Batch):
+        return batch
+    n = len(batch.rewards)
+    if hasattr(replay, "gamma"):  # a single-agent replay: every row's discount
+        batch = batch._replace(discounts=torch.full((n,), replay.gamma, device=learner.device))
+    if isinstance(getattr(replay, "sampler", None), PrioritizedSampler) or getattr(
+            replay, "prioritized", False):
+        batch = batch._replace(indices=np.arange(n), weights=torch.ones(n, device=learner.device))
+    return batch
+
+
+def _key(learner: Learner, batch: Any) -> str:
+    """The update's identity for the records: learner, device, parameter and batch shapes."""
+    shapes = [(n, tuple(t.shape), str(t.dtype)) for n, t in learner.state_dict().items()
+              if t is not None]
+    shapes += [tuple(t.shape) for t in batch if torch.is_tensor(t)]
+    text = f"{type(learner).__name__}|{learner.device}|{torch.__version__}|{shapes}"
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def last_compile(learner: Learner, batch: Any) -> dict | None:
+    """What compiling this update took on this machine last time (compile_s, and ratio: the
+    compiled over the eager update's time), None where it never compiled it."""
+    return _records().get(_key(learner, batch))
+
+
+def _records() -> dict[str, dict]:
+    try:
+        return json.loads((cache_dir() / RECORDS).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _remember(key: str, compile_s: float, ratio: float) -> None:
+    """Keep what this compile took and the compiled/eager time ratio it measured."""
+    records = _records()
+    records[key] = {"compile_s": compile_s, "ratio": ratio}
+    path = cache_dir() / RECORDS
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(records))
+    tmp.replace(path)

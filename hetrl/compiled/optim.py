@@ -1,0 +1,140 @@
+"""The learners' optimizers as arithmetic on tensors, to run inside one compiled graph: Adam,
+RMSprop and momentum SGD, each computing what its `torch.optim` class computes (default
+options: no weight decay, amsgrad, Nesterov or centering), on the state tensors that class
+keeps (`optimizer.state[p]`), so a checkpoint moves between the eager and the compiled update.
+
+The step count is a tensor (a Python number would be baked into the graph, and every step
+would compile it again)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+Tensors = list[torch.Tensor]
+
+
+class Unsupported(ValueError):
+    """An optimizer, or an option of one, that has no functional twin here."""
+
+
+def _require_defaults(optimizer: torch.optim.Optimizer, **defaults: object) -> None:
+    for group in optimizer.param_groups:
+        for key, value in defaults.items():
+            if group.get(key, value) != value:
+                raise Unsupported(f"{type(optimizer).__name__}({key}={group[key]!r}) has no "
+                                  f"compiled form (supported: {key}={value!r})")
+
+
+class FunctionalOptimizer:
+    """One `torch.optim` optimizer's update rule: `keys` names its per-parameter state."""
+
+    keys: tuple[str, ...] = ()
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        (group,) = optimizer.param_groups  # one group: the learners make no more
+        self.group = group
+
+    def init_state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The state `torch.optim` would create for `p` at its first step."""
+        raise NotImplementedError
+
+    def step(self, params: Tensors, grads: Tensors, state: dict[str, Tensors],
+             lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors]]:
+        """The new parameters and state (nothing is written in place)."""
+        raise NotImplementedError
+
+
+def _step_tensor(optimizer_fused: bool, p: torch.Tensor) -> torch.Tensor:
+    """torch.optim's step count: a float32 0-d tensor, on the parameter's device when fused."""
+    return torch.zeros((), dtype=torch.float32, device=p.device if optimizer_fused else "cpu")
+
+
+class Adam(FunctionalOptimizer):
+    keys = ("step", "exp_avg", "exp_avg_sq")
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        _require_defaults(optimizer, weight_decay=0, amsgrad=False, maximize=False)
+        super().__init__(optimizer)
+        self.beta1, self.beta2 = self.group["betas"]
+        self.eps, self.fused = self.group["eps"], bool(self.group.get("fused"))
+
+    def init_state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
+        zeros = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return {"step": _step_tensor(self.fused, p), "exp_avg": zeros,
+                "exp_avg_sq": zeros.clone()}
+
+    def step(self, params: Tensors, grads: Tensors, state: dict[str, Tensors],
+             lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors]]:
+        b1, b2 = self.beta1, self.beta2
+        steps = [s + 1 for s in state["step"]]
+        # the bias corrections in double precision, as torch computes them (on the host)
+        t = steps[0].to(params[0].device, torch.float64)
+        step_size = (lr / (1 - b1 ** t)).float()
+        bias2_sqrt = (1 - b2 ** t).sqrt().float()
+        m = [m.lerp(g, 1 - b1) for m, g in zip(state["exp_avg"], grads)]
+        v = [v * b2 + (1 - b2) * g * g for v, g in zip(state["exp_avg_sq"], grads)]
+        new = [p - step_size * mi / (vi.sqrt() / bias2_sqrt + self.eps)
+               for p, mi, vi in zip(params, m, v)]
+        return new, {"step": steps, "exp_avg": m, "exp_avg_sq": v}
+
+
+class RMSprop(FunctionalOptimizer):
+    keys = ("step", "square_avg")
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        _require_defaults(optimizer, weight_decay=0, momentum=0, centered=False, maximize=False)
+        super().__init__(optimizer)
+        self.alpha, self.eps = self.group["alpha"], self.group["eps"]
+
+    def init_state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"step": _step_tensor(False, p),
+                "square_avg": torch.zeros_like(p, memory_format=torch.preserve_format)}
+
+    def step(self, params: Tensors, grads: Tensors, state: dict[str, Tensors],
+             lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors]]:
+        a = self.alpha
+        sq = [s * a + (1 - a) * g * g for s, g in zip(state["square_avg"], grads)]
+        new = [p - lr * g / (s.sqrt() + self.eps) for p, g, s in zip(params, grads, sq)]
+        return new, {"step": [s + 1 for s in state["step"]], "square_avg": sq}
+
+
+class SGD(FunctionalOptimizer):
+    """Momentum SGD (AlphaZero's). The momentum buffer starts at zero, which gives the first
+    step torch's (buffer = gradient) exactly."""
+
+    keys = ("momentum_buffer",)
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        _require_defaults(optimizer, weight_decay=0, dampening=0, nesterov=False, maximize=False)
+        super().__init__(optimizer)
+        self.momentum = self.group["momentum"]
+
+    def init_state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"momentum_buffer": torch.zeros_like(p, memory_format=torch.preserve_format)}
+
+    def step(self, params: Tensors, grads: Tensors, state: dict[str, Tensors],
+             lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors]]:
+        buf = [b * self.momentum + g for b, g in zip(state["momentum_buffer"], grads)]
+        return [p - lr * b for p, b in zip(params, buf)], {"momentum_buffer": buf}
+
+
+RULES: dict[type, Callable[[torch.optim.Optimizer], FunctionalOptimizer]] = {
+    torch.optim.Adam: Adam, torch.optim.RMSprop: RMSprop, torch.optim.SGD: SGD}
+
+
+def functional(optimizer: torch.optim.Optimizer) -> FunctionalOptimizer:
+    """The functional twin of `optimizer` (Unsupported, naming it, where there is none)."""
+    rule = RULES.get(type(optimizer))
+    if rule is None:
+        raise Unsupported(f"{type(optimizer).__name__} has no compiled form (supported: "
+                          f"{', '.join(cls.__name__ for cls in RULES)})")
+    return rule(optimizer)
+
+
+def clip_grad_norm(grads: Tensors, max_norm: float) -> Tensors:
+    """`torch.nn.utils.clip_grad_norm_`'s arithmetic, out of place."""
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    return [g * coef for g in grads]

@@ -1,0 +1,159 @@
+"""The compiled update (`hetrl.compiled`): every learner of the registry updates the same
+compiled as eager, checkpoints move between the two, and `compile=auto|true|false` decides
+as it says. The numbers are checked through dynamo's `eager` backend (the update traced as
+one whole graph, run without building kernels: seconds); one test builds real inductor
+kernels, and one runs the CUDA graph where CUDA exists."""
+
+from __future__ import annotations
+
+import copy
+from contextlib import nullcontext
+
+import pytest
+import torch
+from helpers import build_job
+
+from hetrl.algos.base import Learner
+from hetrl.compiled import toolchain
+from hetrl.compiled.choose import choose_update, compiler, job_batch
+from hetrl.compiled.step import GraphStep
+from hetrl.config.errors import ConfigError
+from hetrl.options import compose_job, group_options
+from hetrl.platform.measure import random_batch
+from hetrl.scheduler.updates import learn
+from hetrl.validation import validate
+
+SMALL = {"alphazero": ("algo.width=8", "algo.blocks=1", "algo.batch_size=16"),
+         "ppo": ("algo.hidden=[16]", "algo.n_steps=8", "algo.batch_size=16"),
+         "a2c": ("algo.hidden=[16]", "algo.n_steps=8")}
+"""Each learner small: a tiny network, a small batch."""
+
+
+def _one_graph(fn):
+    """The update traced as one whole graph by dynamo, run as traced (no kernels built)."""
+    return torch.compile(fn, backend="eager", fullgraph=True, dynamic=False)
+
+
+def _learner(algo: str) -> tuple[Learner, dict]:
+    overrides = SMALL.get(algo, ("algo.hidden=[16]", "algo.batch_size=16"))
+    c = build_job(f"algo={algo}", "tracking=none", *overrides)
+    c.envs.close()
+    return c.learner, c.spaces
+
+
+def _batches(learner: Learner, spaces: dict, n: int = 4) -> list:
+    return [random_batch(learner, **spaces, n=learner.batch_size, device=learner.device,
+                         seed=seed) for seed in range(n)]
+
+
+def _train(learner: Learner, batches: list, updates: int, start: int = 0) -> None:
+    for u in range(start, start + updates):
+        torch.manual_seed(u)  # the same draws (TD3's smoothing, MADDPG's Gumbel) either way
+        learn(learner, batches[u % len(batches)])
+
+
+def _max_difference(a: Learner, b: Learner) -> float:
+    return max((x - y).abs().max().item() for x, y in zip(a.state_dict().values(),
+                                                          b.state_dict().values())
+               if torch.is_tensor(x) and x.is_floating_point())
+
+
+@pytest.mark.parametrize("algo", group_options("algo"))
+def test_every_learner_updates_the_same_compiled_and_eager(algo):
+    learner, spaces = _learner(algo)
+    eager, compiled = copy.deepcopy(learner), copy.deepcopy(learner)
+    compiled.compiled_step = GraphStep(compiled, None)  # the functional graph, uncompiled
+    batches = _batches(learner, spaces)
+    _train(eager, batches, 100)
+    _train(compiled, batches, 100)
+    assert eager.updates == compiled.updates == 100
+    assert _max_difference(eager, compiled) < 1e-5
+    assert _max_difference(eager, learner) > 1e-3  # it trained
+
+
+@pytest.mark.parametrize("algo", ["dqn", "td3"])
+def test_a_checkpoint_moves_from_eager_to_compiled_and_back(algo):
+    learner, spaces = _learner(algo)
+    batches = _batches(learner, spaces)
+    eager = copy.deepcopy(learner)
+    _train(eager, batches, 30)
+    legs = [copy.deepcopy(learner) for _ in range(3)]  # eager, then compiled, then eager
+    legs[1].compiled_step = GraphStep(legs[1], _one_graph)
+    for k, leg in enumerate(legs):
+        if k:
+            leg.restore(copy.deepcopy(legs[k - 1].checkpoint()))
+        _train(leg, batches, 10, start=10 * k)
+    assert legs[-1].updates == 30
+    assert _max_difference(eager, legs[-1]) < 1e-5
+
+
+def test_the_update_step_counts_updates_and_the_learner_does_not():
+    learner, spaces = _learner("dqn")
+    batch = _batches(learner, spaces, 1)[0]
+    learner.update(batch)
+    assert learner.updates == 0
+    learn(learner, batch)
+    assert learner.updates == 1
+
+
+def test_auto_stays_eager_at_once_where_the_budget_cannot_repay_a_compile():
+    learner, spaces = _learner("dqn")
+    choice = choose_update(learner, "auto", 50, job_batch(learner, spaces), nullcontext)
+    assert not choice.compiled and learner.compiled_step is None
+    assert "50 updates" in choice.reason and "less than compiling" in choice.reason
+    assert set(choice.metrics()) == {"host/update_eager_s"}
+
+
+def test_without_a_compiler_auto_falls_back_and_true_fails_naming_it():
+    from torch._inductor import config
+
+    learner, spaces = _learner("dqn")
+    batch = job_batch(learner, spaces)
+    with config.patch({"cpp.cxx": (None, "no-such-c++")}):
+        choice = choose_update(learner, "auto", 10**6, batch, nullcontext)
+        assert not choice.compiled and "no-such-c++" in choice.reason
+        with pytest.raises(ConfigError, match="compile=true .*no-such-c\\+\\+"):
+            choose_update(learner, "true", 10**6, batch, nullcontext)
+
+
+def test_a_bad_compile_value_names_the_valid_ones():
+    cfg, choices = compose_job("compile=sometimes", "tracking=none")
+    with pytest.raises(ConfigError, match="compile='sometimes'.*auto, true, false"):
+        validate(cfg, choices)
+
+
+@pytest.mark.slow
+def test_inductor_builds_the_update_once_per_machine():
+    """Real kernels, in the user's cache (as a job keeps them): a second learner of the same
+    shapes, as the next job of a sweep, starts from the cache."""
+    if why := toolchain.missing(torch.device("cpu")):
+        pytest.skip(f"inductor cannot build here: {why}")
+    learner, spaces = _learner("dqn")
+    batches = _batches(learner, spaces)
+    eager, again = copy.deepcopy(learner), copy.deepcopy(learner)
+    first = choose_update(learner, "true", None, batches[0], nullcontext)
+    assert first.compiled and learner.compiled_step is not None
+    assert set(first.metrics()) == {"host/update_eager_s", "host/update_compiled_s",
+                                    "host/compile_s"}
+    _train(eager, batches, 20)
+    _train(learner, batches, 20)
+    assert _max_difference(eager, learner) < 1e-5
+    assert any(toolchain.cache_dir().rglob("*.so"))  # the built kernels, kept
+    second = choose_update(again, "true", None, batches[0], nullcontext)
+    assert second.compile_s < max(10.0, first.compile_s / 2), (first, second)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine: "
+                    "the CUDA-graph capture of the compiled update needs one")
+def test_on_cuda_the_compiled_update_runs_as_a_cuda_graph():
+    c = build_job("algo=dqn", "tracking=none", "algo.hidden=[16]", "algo.batch_size=16",
+                  "device=cuda")
+    c.envs.close()
+    learner, batches = c.learner, _batches(c.learner, c.spaces)
+    assert learner.device.type == "cuda"
+    eager = copy.deepcopy(learner)
+    learner.compiled_step = GraphStep(learner, compiler(learner.device))
+    _train(eager, batches, 20)
+    _train(learner, batches, 20)
+    torch.cuda.synchronize()
+    assert _max_difference(eager, learner) < 1e-4
