@@ -22,6 +22,7 @@ from hetrl.evaluation import Evaluator, ptq_reward_error
 from hetrl.faults import Fault, Stopped, StopRequest
 from hetrl.options import GROUPS, group_options, typed_config
 from hetrl.partition.planning import figures_json
+from hetrl.policy_outputs import leave_policy
 from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState, Report
@@ -101,7 +102,7 @@ def _reference_tags(tracker: Tracker) -> dict[str, str]:
     return {REFERENCE_TAG: tracker.run_id} if tracker.run_id else {}
 
 
-SUMMARY = ("return_mean_100", "eval/return_mean", "eval/best_return_mean", "reward_error_pct",
+SUMMARY = ("return_mean_100", "eval/final_return_mean", "eval/return_mean", "eval/best_return_mean", "reward_error_pct",
            "ptq_reward_error_pct", "time_to_95pct_s", "stop_return/step", "sps", "eps_host",
            "eps_platform", "updates")
 """The final metrics the end summary names (those the run has)."""
@@ -131,10 +132,18 @@ def _short(path: Path) -> Path:
 
 def _end_summary(name: str, results: Mapping[str, Any], out_dir: Path, tracker: Tracker) -> str:
     """The final metrics, the checkpoint and where the run is."""
-    figures = ", ".join(f"{key} {results[key]:.4g}" for key in SUMMARY if key in results)
+    figures = ", ".join(_figure(key, results) for key in SUMMARY if key in results)
     where = getattr(tracker, "where", lambda: None)()
     return (f"{name} finished: {figures or 'no metrics'} | checkpoint "
             f"{_short(out_dir / checkpoint.FILENAME)}" + (f" | {where}" if where else ""))
+
+
+def _figure(key: str, results: Mapping[str, Any]) -> str:
+    """One figure of the end summary; the final greedy evaluation with its 95 % interval."""
+    if key == "eval/final_return_mean":
+        return (f"greedy {key} {results[key]:.4g} ± {results['eval/final_return_ci95']:.2g} "
+                f"({results['eval/final_episodes']:.0f} episodes)")
+    return f"{key} {results[key]:.4g}"
 
 
 def _tracker(cfg: DictConfig) -> Tracker:
@@ -234,6 +243,7 @@ def _train(
         results.update(ptq)
     tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
     tracker.log_artifact(save_checkpoint(state))
+    results.update(leave_policy(cfg, choices, out_dir, tracker, c, state.step, state.eval_best))
     if c.step_plan is not None:
         results.update(c.step_plan.metrics(c.learner.batch_size))
     return results, state

@@ -67,7 +67,7 @@ from hetrl.algos.alphazero import (
     result,
     to_sgf,
 )
-from hetrl.algos.mcts import SearchConfig, SearchStats
+from hetrl.algos.mcts import SearchConfig, SearchStats, eval_config
 from hetrl.algos.pure_mcts import PureMcts
 from hetrl.config.enums import Agents
 from hetrl.envs.go import GoGame, area_owner
@@ -173,7 +173,7 @@ class SelfPlayScheduler:
                 train_s = time.perf_counter() - start
                 comm = trainers.comm if trainers is not None else {}
 
-                eval_cfg = _eval_config(learner.search, self.eval_readouts)
+                eval_cfg = eval_config(learner.search, self.eval_readouts)
                 start = time.perf_counter()
                 with timer("gating"):
                     if self.gating_games > 0:
@@ -292,10 +292,6 @@ def _stack(records: list[GameRecord], game: GoGame) -> tuple[np.ndarray, np.ndar
                 np.zeros((0, game.num_actions), np.float32), np.zeros(0, np.float32))
     return (np.concatenate([r.planes for r in records]), np.concatenate([r.pis for r in records]),
             np.concatenate([r.zs for r in records]))
-
-
-def _eval_config(cfg: SearchConfig, readouts: int) -> SearchConfig:
-    return SearchConfig(**{**vars(cfg), "readouts": readouts})
 
 
 def _worker_spec(game: GoGame, learner: AlphaZero) -> dict:
