@@ -3,7 +3,7 @@
     mlflow.pyfunc.load_model("runs:/<run id>/policy").predict(observations)   # -> actions
     mlflow models serve -m runs:/<run id>/policy --env-manager local
 
-The model's one artifact is the job's `policy.pt`; its `model_config` says which weights
+It runs where hetrl is installed (its requirements list MLflow only). The model's one artifact is the job's `policy.pt`; its `model_config` says which weights
 (`weights`: the final ones, or the kept best ones) and which precision (`precision`: fp32 or
 the actors', as they acted) the policy runs in; its metadata names the job.
 """
@@ -19,7 +19,6 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar 
 
 import mlflow.pyfunc  # noqa: E402
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 from mlflow.models.signature import ModelSignature  # noqa: E402
 from mlflow.types.schema import Schema, TensorSpec  # noqa: E402
 
@@ -67,8 +66,9 @@ def log_policy_model(tracker: Tracker, policy_file: Path, obs_space: Any, act_sp
             signature=signature(obs_space, act_space),
             model_config={"weights": weights, "precision": precision},
             metadata={**metadata, "precision": precision},
-            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}",
-                              f"mlflow=={mlflow.__version__}", "hetrl"])
+            # none: the model runs where hetrl is installed (`--env-manager local`), and any
+            # listed package makes MLflow map every installed distribution (1-3 s a job)
+            pip_requirements=[])
         for file in sorted(p for p in path.rglob("*") if p.is_file()):
             parent = file.parent.relative_to(path.parent).as_posix()
             tracker.log_artifact(file, parent)
