@@ -61,31 +61,35 @@ class GreedyPolicy(nn.Module):
             self.register_buffer(name, None if bound is None
                                  else torch.as_tensor(bound, dtype=torch.float32))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def head(self, obs: torch.Tensor) -> torch.Tensor:
+        """The network's output the action is chosen from (Q-values, logits, the action)."""
         out = self.policy(obs)
-        out = out[0] if isinstance(out, tuple) else out  # a Go network: (logits, value)
+        return (out[0] if isinstance(out, tuple) else out).float()  # Go: (logits, value)
+
+    def choose(self, head: torch.Tensor) -> torch.Tensor:
         if self.discrete:
-            return out.argmax(dim=1)
-        return torch.maximum(torch.minimum(out.float(), self.high), self.low)
+            return head.argmax(dim=1)
+        return torch.maximum(torch.minimum(head, self.high), self.low)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.choose(self.head(obs))
 
 
 class Agent:
     """A run's policy with its env: act, evaluate, and the networks as the learner has them."""
 
     def __init__(self, config: DictConfig, learner: Learner,
-                 make_env: Callable[[], gym.vector.VectorEnv], precision: str = "fp32",
-                 run_id: str | None = None, tracking_uri: str | None = None) -> None:
+                 make_env: Callable[[], gym.vector.VectorEnv], env: gym.vector.VectorEnv,
+                 precision: str = "fp32", run_id: str | None = None,
+                 tracking_uri: str | None = None) -> None:
+        """`env` is one env `make_env` made (closed: its spaces are read)."""
         require(precision in PRECISIONS, "precision", precision, str(list(PRECISIONS)))
         self.config, self.learner, self.make_env = config, learner, make_env
         self.run_id, self.tracking_uri = run_id, tracking_uri
         self.precision = self.actor_spec().name if precision == "actors" else "fp32"
         self._copy = (quantize_policy(learner.policy(), self.actor_spec())
                       if precision == "actors" and self.actor_spec().quantized else None)
-        env = make_env()
-        try:
-            self.obs_space, self.act_space = env.single_observation_space, env.single_action_space
-        finally:
-            env.close()
+        self.obs_space, self.act_space = env.single_observation_space, env.single_action_space
 
     @property
     def networks(self) -> dict[str, nn.Module]:
@@ -116,6 +120,33 @@ class Agent:
     def greedy(self) -> GreedyPolicy:
         """The deterministic policy (in the agent's precision) as one module."""
         return GreedyPolicy(self._copy or self.learner.policy(), self.act_space).eval()
+
+    def log_to_run(self, files: list[Path], folder: str) -> str | None:
+        """Log `files` into the run's artifacts (`folder`); where, or None without a run."""
+        if not self.run_id or not self.tracking_uri:
+            return None
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(self.tracking_uri)
+        for file in files:
+            client.log_artifact(self.run_id, str(file), folder)
+        return f"run {self.run_id} ({self.tracking_uri}), artifacts {folder}/"
+
+    def observations(self, n: int, seed: int | None = None) -> np.ndarray:
+        """`n` observations the policy meets: its own episodes on the env (acting as it
+        explores at the end of training, for variety), from `reset(seed=seed)`."""
+        seed = self.config.seed + FINAL_SEED_OFFSET if seed is None else seed
+        env, seen = self.make_env(), []
+        try:
+            with rngs_kept():
+                np.random.seed(seed), torch.manual_seed(seed)
+                obs, _ = env.reset(seed=seed)
+                while len(seen) < n:
+                    seen.append(obs[0])
+                    obs = env.step(self.act(obs, deterministic=False))[0]
+        finally:
+            env.close()
+        return np.stack(seen)
 
     def evaluate(self, episodes: int = 10, seed: int | None = None) -> np.ndarray:
         """Returns of `episodes` greedy episodes, episode i from `reset(seed=seed + i)` (by
@@ -148,18 +179,14 @@ def from_state(state: dict[str, Any], device: str = "cpu", precision: str = "fp3
             weights, str([k for k in ("modules", "best") if state.get(k) is not None]))
     make_env = one_env(config)
     env = make_env()
-    try:
-        env_spaces = spaces(env)
-        go = getattr(env, "game", None) is not None
-    finally:
-        env.close()
+    env.close()
     with rngs_kept():  # the networks' initial weights draw from torch's RNG
-        learner = instantiate(config.algo, **env_spaces, device=torch.device(device))
+        learner = instantiate(config.algo, **spaces(env), device=torch.device(device))
     learner.load_state_dict(state[weights])
     learner.eval()
-    kind = _go_agent() if go else Agent
-    return kind(config, learner, make_env, precision, state.get("run_id"),
-                state.get("tracking_uri"))
+    kind = _go_agent() if getattr(env, "game", None) is not None else Agent
+    return kind(config, learner, make_env, env, precision=precision,
+                run_id=state.get("run_id"), tracking_uri=state.get("tracking_uri"))
 
 
 def one_env(config: DictConfig, **kwargs: Any) -> Callable[[], gym.vector.VectorEnv]:

@@ -103,18 +103,6 @@ def go_game_files(agent: Agent, folder: Path, seed: int) -> list[Path]:
     return [sgf, png]
 
 
-def log_to_run(agent: Agent, files: list[Path], folder: str) -> str | None:
-    """Log `files` into the run's artifacts (`folder`); where, or None without a run."""
-    if not agent.run_id or not agent.tracking_uri:
-        return None
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(agent.tracking_uri)
-    for file in files:
-        client.log_artifact(agent.run_id, str(file), folder)
-    return f"run {agent.run_id} ({agent.tracking_uri}), artifacts {folder}/"
-
-
 def main(args: list[str]) -> None:
     source, options = parse(args)
     agent = load(source, tracking_uri=options["tracking_uri"])
@@ -133,7 +121,7 @@ def main(args: list[str]) -> None:
             files, into = go_game_files(agent, folder, seed), "games"
         else:
             files, into = [record_video(agent, folder / "episode_0.mp4", seed)[0]], "videos"
-        where = log_to_run(agent, files, into)
+        where = agent.log_to_run(files, into)
         print("wrote " + ", ".join(map(str, files)) + (f"; logged to {where}" if where else ""))
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
+from omegaconf import DictConfig
 
 from hetrl.agent import Agent, rngs_kept
-from hetrl.algos.alphazero import GameRecord, evaluator
-from hetrl.algos.mcts import Node, choose_move, eval_config, search_position
+from hetrl.algos.alphazero import AlphaZero, GameRecord, evaluator
+from hetrl.algos.mcts import (Node, Search, choose_move, eval_config, run_searches,
+                              search_position)
 from hetrl.config.errors import require
-from hetrl.envs.go import BLACK, GoGame, GoPosition
+from hetrl.envs.go import BLACK, GoGame, GoPosition, GoVectorEnv
 from hetrl.evaluation import FINAL_SEED_OFFSET
 
 Opponent = Callable[[GoPosition], int]
@@ -22,11 +24,10 @@ class GoAgent(Agent):
     """`Agent` plus Go: `move`, `search`, games against another player (`play`), and
     `evaluate` as games against a uniformly random player."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        env = self.make_env()
+    def __init__(self, config: DictConfig, learner: AlphaZero,
+                 make_env: Callable[[], GoVectorEnv], env: GoVectorEnv, **options: Any) -> None:
+        super().__init__(config, learner, make_env, env, **options)
         self.game: GoGame = env.game
-        env.close()
         learner = self.learner
         readouts = self.config.get("scheduler", {}).get("eval_readouts") or learner.search.readouts
         self.search_config = eval_config(learner.search, int(readouts))
@@ -38,13 +39,21 @@ class GoAgent(Agent):
         """The searched root of `position` (its visits in `child_N`, its value in `Q`)."""
         return search_position(position, self._leaves, self.search_config, readouts)
 
+    def extend(self, root: Node, readouts: int) -> None:
+        """`readouts` more readouts of a searched root (a search against the clock)."""
+        run_searches([Search(root, readouts)], self._leaves, self.search_config)
+
+    def choose(self, root: Node, position: GoPosition,
+               rng: np.random.Generator | None = None) -> int:
+        """The move of a searched `position`: its visits drawn from for a game's first moves,
+        then the most visited (the job's evaluation rule, `choose_move`)."""
+        return choose_move(root.search_policy(), position.moves, self.softpicks, rng or self.rng)
+
     def move(self, position: GoPosition, readouts: int | None = None,
              rng: np.random.Generator | None = None) -> int:
-        """The move the agent plays in `position` (not terminal): the search's visits drawn
-        from for a game's first moves, then the most visited (the job's evaluation rule)."""
+        """The move the agent plays in `position` (not terminal)."""
         require(not position.is_terminal(), "position", "a finished game", "positions to move in")
-        root = self.search(position, readouts)
-        return choose_move(root.search_policy(), position.moves, self.softpicks, rng or self.rng)
+        return self.choose(self.search(position, readouts), position, rng)
 
     def play(self, opponent: Opponent, black: bool, rng: np.random.Generator,
              game: GoGame | None = None) -> GameRecord:

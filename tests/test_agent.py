@@ -103,6 +103,7 @@ def test_evaluate_prints_the_greedy_return_and_logs_a_video_to_the_run(job, caps
         evaluate_main([str(folder), "episodes=x"])
 
 
+@pytest.mark.slow
 def test_the_mlflow_model_returns_actions_and_is_served(job):
     import mlflow.pyfunc
 
@@ -120,7 +121,7 @@ def test_the_mlflow_model_returns_actions_and_is_served(job):
         port = s.getsockname()[1]
     server = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager",
-         "local", "--port", str(port), "--host", "127.0.0.1"],
+         "local", "--port", str(port), "--host", "127.0.0.1", "--workers", "1"],
         env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri(store)},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
