@@ -146,3 +146,30 @@ def _ask(port: int, body: dict, server: subprocess.Popen, wait_s: float = 120) -
             assert server.poll() is None, "mlflow models serve exited"
             assert time.monotonic() < deadline, "mlflow models serve did not answer"
             time.sleep(0.5)
+
+
+@pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
+def test_export_writes_onnx_that_onnx_runtime_runs_as_pytorch_and_logs_it(job, capsys, int8):
+    import onnx
+
+    from hetrl.export import check, main as export_main
+
+    folder, results, store = job
+    export_main([str(folder), "--format", "onnx", "--observations", "1000",
+                 "--tracking-uri", tracking_uri(store), *(["--int8"] if int8 else [])])
+    name = "policy_int8.onnx" if int8 else "policy.onnx"
+    assert f"wrote {folder / name}" in capsys.readouterr().out
+    model = onnx.load(folder / name)
+    ops = {node.op_type for node in model.graph.node}
+    int8_weights = [i for i in model.graph.initializer if i.data_type == onnx.TensorProto.INT8
+                    and len(i.dims) == 2]
+    assert ({"DequantizeLinear", "QuantizeLinear"} <= ops) == int8 == bool(int8_weights)
+    names = {f.path for f in MlflowClient(tracking_uri(store)).list_artifacts(
+        results["run_id"], "onnx")}
+    assert f"onnx/{name}" in names
+    # a model that is not the policy fails the check
+    last = next(i for i in model.graph.initializer if i.name.endswith("bias"))
+    last.raw_data = np.full(tuple(last.dims), 50.0, np.float32).tobytes() if not int8 else (
+        np.arange(np.prod(last.dims), dtype=np.float32).tobytes())
+    with pytest.raises(AssertionError, match="differs|is off"):
+        check(hetrl.load(folder), model.SerializeToString(), int8, n=500)
