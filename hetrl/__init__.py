@@ -13,8 +13,8 @@ if TYPE_CHECKING:
 
 
 def load(source: str | Path, **options: Any) -> "Agent":
-    """A run's trained agent, built for inference only (`hetrl.agent.load`): imported on
+    """A run's trained agent, built for inference only (`hetrl.loading.load`): imported on
     first use, so that `import hetrl` stays light."""
-    from hetrl.agent import load as load_agent
+    from hetrl.loading import load as load_agent
 
     return load_agent(source, **options)

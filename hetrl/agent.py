@@ -1,4 +1,4 @@
-"""A trained agent out of a run: `hetrl.load(source)`, built for inference only.
+"""A trained agent out of a run, built for inference only (`hetrl.load`: `hetrl.loading`).
 
     agent = hetrl.load("runs/2026-12-02/12-00-00")        # a job folder
     agent = hetrl.load("runs:/<run id>", tracking_uri="sqlite:///runs/mlflow.db")
@@ -15,18 +15,15 @@ from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import gymnasium as gym
 import numpy as np
 import torch
-from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import nn
 
-from hetrl.agent_source import policy_state
 from hetrl.algos.base import Learner
-from hetrl.build import env_maker, spaces
 from hetrl.config.errors import require
 from hetrl.evaluation import FINAL_SEED_OFFSET, episode_returns
 from hetrl.quant import QuantSpec, quantize_policy
@@ -159,48 +156,3 @@ class Agent:
                 return episode_returns(self.learner, env, episodes, seed, policy=self._copy)
         finally:
             env.close()
-
-
-def load(source: str | Path, tracking_uri: str | None = None, device: str = "cpu",
-         precision: str = "fp32") -> Agent:
-    """The agent of a run: `source` is a job folder, a `policy.pt` or `checkpoint.pt` file,
-    or an MLflow run (`runs:/<id>` or the id, in the store at `tracking_uri`; by default
-    MLFLOW_TRACKING_URI, else sqlite:///runs/mlflow.db). A Go run gives a `GoAgent`."""
-    state = policy_state(source, tracking_uri)
-    return from_state(state, device, precision)
-
-
-def from_state(state: dict[str, Any], device: str = "cpu", precision: str = "fp32",
-               weights: str = "modules") -> Agent:
-    """The agent of a policy file's contents (`weights`: "modules", the final weights, or
-    "best", the kept ones)."""
-    config = OmegaConf.create(state["config"])
-    require(weights in ("modules", "best") and state.get(weights) is not None, "weights",
-            weights, str([k for k in ("modules", "best") if state.get(k) is not None]))
-    make_env = one_env(config)
-    env = make_env()
-    env.close()
-    with rngs_kept():  # the networks' initial weights draw from torch's RNG
-        learner = instantiate(config.algo, **spaces(env), device=torch.device(device))
-    learner.load_state_dict(state[weights])
-    learner.eval()
-    kind = _go_agent() if getattr(env, "game", None) is not None else Agent
-    return kind(config, learner, make_env, env, precision=precision,
-                run_id=state.get("run_id"), tracking_uri=state.get("tracking_uri"))
-
-
-def one_env(config: DictConfig, **kwargs: Any) -> Callable[[], gym.vector.VectorEnv]:
-    """Makes one env of the job's (in this process: a subprocess env made synchronous),
-    `kwargs` added to the env's own (`render_mode="rgb_array"`)."""
-    env = {"n_envs": 1} if "n_envs" in config.env else {}
-    if config.env.get("vectorization") == "async":
-        env["vectorization"] = "sync"
-    if kwargs:
-        env["kwargs"] = {**(config.env.get("kwargs") or {}), **kwargs}
-    return env_maker(OmegaConf.merge(config, {"env": env}))
-
-
-def _go_agent() -> type[Agent]:
-    from hetrl.go_agent import GoAgent  # Go's rules and search only for a Go run
-
-    return GoAgent

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from hetrl.agent import Agent, load, one_env
+from hetrl.agent import Agent
+from hetrl.loading import load, one_env
 from hetrl.config.errors import ConfigError
 from hetrl.evaluation import FINAL_SEED_OFFSET
 from hetrl.policy_outputs import ci95

@@ -29,7 +29,8 @@ from hetrl.scheduler.state import LoopState, Report
 from hetrl.seeding import rng_states, set_rng_states
 from hetrl.tracking.base import REFERENCE_TAG, Tracker
 from hetrl.tracking.plots import device_labels, eps_heatmap, gantt, learning_curve
-from hetrl.tracking.reward_error import fp32_actors_key, numerics_key, reference_metrics
+from hetrl.tracking.reward_error import (fp32_actors_key, numerics_key, reference_metrics,
+                                        twin_to_train)
 from hetrl.validation import validate
 
 log = logging.getLogger("hetrl")
@@ -71,7 +72,8 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
         tracker = _tracker(cfg)
         tracker.start(name, tags={**choices, "seed": str(cfg.seed), **(tags or {})},
                       run_id=saved["run_id"] if saved else None)
-        log.info("%s", _start_line(cfg, name, out_dir, tracker, saved))
+        log.info("%s", _start_line(cfg, name, out_dir, tracker, saved,
+                                   _twin_note(cfg, choices, tracker)))
         try:
             if saved is None:
                 tracker.log_params(researcher_params(cfg))
@@ -109,8 +111,9 @@ SUMMARY = ("return_mean_100", "eval/final_return_mean", "eval/return_mean", "eva
 
 
 def _start_line(cfg: DictConfig, name: str, out_dir: Path, tracker: Tracker,
-                saved: dict[str, Any] | None) -> str:
-    """What the job is, where it writes and where to watch it: printed before anything else."""
+                saved: dict[str, Any] | None, then: str = "") -> str:
+    """What the job is (`then`: what it trains after itself), where it writes and where to
+    watch it: printed before anything else."""
     budget = f"{cfg.steps:,} env steps"
     if cfg.stop_return is not None:
         budget += f" or until return_mean_100 >= {cfg.stop_return:g}"
@@ -118,8 +121,17 @@ def _start_line(cfg: DictConfig, name: str, out_dir: Path, tracker: Tracker,
         budget += f", resuming at step {saved['loop'].step:,}"
     if (starts := cfg.algo.get("learning_starts")) is not None:
         budget += f", learning_starts {starts:,}"
+    budget += then
     where = getattr(tracker, "where", lambda: None)()
     return f"{name}: {budget} → {_short(out_dir)}" + (f" | {where}" if where else "")
+
+
+def _twin_note(cfg: DictConfig, choices: Mapping[str, str], tracker: Tracker) -> str:
+    """The start line's word on the reference run the job trains when it ends, if it will."""
+    if not twin_to_train(cfg, choices, tracker):
+        return ""
+    return (f", then its reference run (precision=fp32, for reward_error_pct): another "
+            f"{cfg.steps:,} env steps, reference=find skips it")
 
 
 def _short(path: Path) -> Path:

@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hetrl.agent import Agent, GreedyPolicy, load
+from hetrl.agent import Agent, GreedyPolicy
+from hetrl.loading import load
 from hetrl.config.errors import ConfigError
 from hetrl.quant import ActorPrecision, Int8Mode, QuantSpec, quantize_policy
 

@@ -222,7 +222,7 @@ def main(args: list[str]) -> None:
                         help="torch's intra-op threads (default 1: a small network's search "
                         "is slower on more when the cores are shared)")
     options = parser.parse_args(args)
-    from hetrl.agent import load
+    from hetrl.loading import load
     from hetrl.runtime import configure_torch
 
     configure_torch(options.threads)  # this process is the engine's own

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,7 +28,7 @@ from hetrl.seeding import rng_states
 
 JOB = ("algo=dqn", "steps=400", "algo.learning_starts=100", "algo.train_freq=4",
        "algo.hidden=[16,16]", "algo.batch_size=16", "log_every=100", "eval.every=200",
-       "eval.episodes=2", "eval.final=4")
+       "eval.episodes=2", "eval.final=4", "platform.measure_layers=false")
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +174,30 @@ def test_export_writes_onnx_that_onnx_runtime_runs_as_pytorch_and_logs_it(job, c
         np.arange(np.prod(last.dims), dtype=np.float32).tobytes())
     with pytest.raises(AssertionError, match="differs|is off"):
         check(hetrl.load(folder), model.SerializeToString(), int8, n=500)
+
+
+def test_the_end_summary_shows_the_greedy_evaluation_beside_the_training_mean(job):
+    from hetrl.experiment import _end_summary
+    from hetrl.tracking.base import NullTracker
+
+    folder, results, _ = job
+    summary = _end_summary("job", results, folder, NullTracker())
+    training = summary.index("return_mean_100")
+    greedy = summary.index(f"greedy eval/final_return_mean {results['eval/final_return_mean']:.4g}"
+                           f" ± {results['eval/final_return_ci95']:.2g} (4 episodes)")
+    assert training < greedy
+
+
+@pytest.mark.parametrize("overrides, announced", [
+    (("precision=bf16",), True), (("precision=bf16", "reference=find"), False),
+    (("precision=fp32",), False)])
+def test_the_start_line_announces_the_reference_run_it_will_train(overrides, announced):
+    from hetrl.experiment import _start_line, _twin_note
+    from hetrl.options import compose_job
+    from hetrl.tracking.base import NullTracker
+
+    cfg, choices = compose_job("steps=1234", *overrides)
+    line = _start_line(cfg, "job", Path("out"), NullTracker(), None,
+                       _twin_note(cfg, choices, NullTracker()))
+    note = "then its reference run (precision=fp32, for reward_error_pct): another 1,234 env steps"
+    assert (note in line and "reference=find skips it" in line) == announced

@@ -10,10 +10,13 @@ the actors', as they acted) the policy runs in; its metadata names the job.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per copied file
 
@@ -28,12 +31,17 @@ MODEL = "policy"
 """The run's artifact folder of the final policy's model (`policy_best`: the kept one)."""
 
 
+# MLflow advises type hints on `predict` when the class is made; the model's signature is
+# given instead (a hinted predict would have its input converted by MLflow's hint rules)
+warnings.filterwarnings("ignore", message="Add type hints to the `predict` method")
+
+
 class PolicyModel(mlflow.pyfunc.PythonModel):
     """Observations (a batch, as the env gives one) in, the greedy actions out."""
 
     def load_context(self, context: Any) -> None:
         from hetrl import checkpoint
-        from hetrl.agent import from_state
+        from hetrl.loading import from_state
 
         config = context.model_config or {}
         state = checkpoint.load_policy(Path(context.artifacts["policy"]))
@@ -43,6 +51,21 @@ class PolicyModel(mlflow.pyfunc.PythonModel):
     # no type hints here: MLflow reads predict's hints as an input schema, and warns at Any
     def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201
         return self.agent.act(np.asarray(model_input), deterministic=True)
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """MLflow's advice on saving a pyfunc (type hints, an input example, cloudpickle), which
+    the job's terminal would print at every job's end."""
+    logger = logging.getLogger("mlflow.pyfunc")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 def signature(obs_space: Any, act_space: Any) -> ModelSignature:
@@ -59,7 +82,7 @@ def log_policy_model(tracker: Tracker, policy_file: Path, obs_space: Any, act_sp
     """Save the pyfunc model of `policy_file` and log it into the run's artifacts (`policy`,
     or `policy_best` for the kept weights); returns that folder's name."""
     folder = MODEL if weights == "modules" else f"{MODEL}_best"
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _quiet():
         path = Path(tmp) / folder
         mlflow.pyfunc.save_model(
             path, python_model=PolicyModel(), artifacts={"policy": str(policy_file)},

@@ -54,6 +54,18 @@ def reference_job(cfg: DictConfig, choices: Mapping[str, str]
     return twin, {**choices, "precision": "fp32"}
 
 
+def twin_to_train(cfg: DictConfig, choices: Mapping[str, str], tracker: Tracker) -> bool:
+    """Whether the job will train its reference run when it ends (`reference=train`, and no
+    finished run of the reference's numerics is in the store yet): its start line says so."""
+    reference = reference_job(cfg, choices)
+    if reference is None or cfg.reference != Reference.train:
+        return False
+    twin_cfg, twin_choices = reference
+    tags = {"numerics_key": numerics_key(twin_cfg), "precision": twin_choices["precision"]}
+    key = "eval/return_mean" if cfg.eval.every > 0 else "return_mean_100"
+    return tracker.find_metric(tags, key) is None
+
+
 def reward_error_pct(value: float, reference: float) -> float:
     return abs(value - reference) / max(abs(reference), 1e-12) * 100.0
 
