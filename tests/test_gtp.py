@@ -52,9 +52,24 @@ class Gtp:
         return answer[1:].strip()
 
 
+class InProcess:
+    """An `Engine` in this process, asked as a `Gtp` is."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def __call__(self, command: str) -> str:
+        answer = self.engine.handle(command)
+        assert answer.startswith("="), f"{command}: {answer}"
+        return answer[1:].strip()
+
+
 @pytest.mark.slow
 def test_two_engines_play_a_whole_game_through_gtp(go_run):
-    black, white = Gtp(go_run, "--readouts", "4"), Gtp(go_run, "--readouts", "4")
+    """`python -m hetrl.gtp` (black, a process of its own) against an engine in this process
+    (white): every move goes through the protocol's text, to the end of the game."""
+    black = Gtp(go_run, "--readouts", "4")
+    white = InProcess(Engine(hetrl.load(go_run), readouts=4))
     try:
         for engine in (black, white):
             assert engine("protocol_version") == "2"
@@ -64,7 +79,7 @@ def test_two_engines_play_a_whole_game_through_gtp(go_run):
             mover, other = (black, white) if len(moves) % 2 == 0 else (white, black)
             colour = "b" if len(moves) % 2 == 0 else "w"
             vertex = mover(f"genmove {colour}")
-            if vertex == "resign":
+            if vertex == "RESIGN":
                 break
             other(f"play {colour} {vertex}")
             moves.append(vertex)
@@ -75,10 +90,10 @@ def test_two_engines_play_a_whole_game_through_gtp(go_run):
         score = final.score()
         expected = f"{'B' if score > 0 else 'W'}+{abs(score):g}"
         assert black("final_score") == white("final_score") == expected
+        assert black("quit") == ""
     finally:
-        for engine in (black, white):
-            engine.process.stdin.close()
-            engine.process.wait(timeout=60)
+        black.process.stdin.close()
+        assert black.process.wait(timeout=60) == 0
 
 
 def test_a_gui_command_sequence_is_answered_as_gtp_says(go_run):
