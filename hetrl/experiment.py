@@ -104,9 +104,9 @@ def _reference_tags(tracker: Tracker) -> dict[str, str]:
     return {REFERENCE_TAG: tracker.run_id} if tracker.run_id else {}
 
 
-SUMMARY = ("return_mean_100", "eval/final_return_mean", "eval/return_mean", "eval/best_return_mean", "reward_error_pct",
-           "ptq_reward_error_pct", "time_to_95pct_s", "stop_return/step", "sps", "eps_host",
-           "eps_platform", "updates")
+SUMMARY = ("return_mean_100", "eval/final_return_mean", "eval/return_mean",
+           "eval/best_return_mean", "reward_error_pct", "ptq_reward_error_pct", "time_to_95pct_s",
+           "stop_return/step", "sps", "eps_host", "eps_platform", "updates")
 """The final metrics the end summary names (those the run has)."""
 
 

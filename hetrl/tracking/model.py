@@ -3,9 +3,10 @@
     mlflow.pyfunc.load_model("runs:/<run id>/policy").predict(observations)   # -> actions
     mlflow models serve -m runs:/<run id>/policy --env-manager local
 
-It runs where hetrl is installed (its requirements list MLflow only). The model's one artifact is the job's `policy.pt`; its `model_config` says which weights
-(`weights`: the final ones, or the kept best ones) and which precision (`precision`: fp32 or
-the actors', as they acted) the policy runs in; its metadata names the job.
+It runs where hetrl is installed (its requirements list MLflow only). The model's one artifact
+is the job's `policy.pt`; its `model_config` says which weights (`weights`: the final ones, or
+the kept best ones) and which precision (`precision`: fp32 or the actors', as they acted) the
+policy runs in; its metadata names the job and the actors' precision.
 """
 
 from __future__ import annotations
