@@ -23,27 +23,32 @@ from hetrl.go_agent import GoAgent
 
 
 def load(source: str | Path, tracking_uri: str | None = None, device: str = "cpu",
-         precision: str = "fp32") -> Agent:
+         precision: str = "fp32", weights: str = "final") -> Agent:
     """The agent of a run: `source` is a job folder, a `policy.pt` or `checkpoint.pt` file,
     or an MLflow run (`runs:/<id>` or the id, in the store at `tracking_uri`; by default
-    MLFLOW_TRACKING_URI, else sqlite:///runs/mlflow.db). A Go run gives a `GoAgent`."""
+    MLFLOW_TRACKING_URI, else sqlite:///runs/mlflow.db). `precision`: "fp32" or "actors" (the
+    actors' PTQ copy); `weights`: "final", or "best" (the kept best evaluation's, where the
+    job evaluated). A Go run gives a `GoAgent`."""
     state = policy_state(source, tracking_uri)
-    return from_state(state, device, precision)
+    return from_state(state, device, precision, weights)
+
+
+WEIGHTS = {"final": "modules", "best": "best"}
+"""`weights` -> the policy file's key that holds them."""
 
 
 def from_state(state: dict[str, Any], device: str = "cpu", precision: str = "fp32",
-               weights: str = "modules") -> Agent:
-    """The agent of a policy file's contents (`weights`: "modules", the final weights, or
-    "best", the kept ones)."""
+               weights: str = "final") -> Agent:
+    """The agent of a policy file's contents (`load`'s options)."""
+    valid = [name for name, key in WEIGHTS.items() if state.get(key) is not None]
+    require(weights in valid, "weights", weights, str(valid))
     config = OmegaConf.create(state["config"])
-    require(weights in ("modules", "best") and state.get(weights) is not None, "weights",
-            weights, str([k for k in ("modules", "best") if state.get(k) is not None]))
     make_env = one_env(config)
     env = make_env()
     env.close()
     with rngs_kept():  # the networks' initial weights draw from torch's RNG
         learner = instantiate(config.algo, **spaces(env), device=torch.device(device))
-    learner.load_state_dict(state[weights])
+    learner.load_state_dict(state[WEIGHTS[weights]])
     learner.eval()
     kind = GoAgent if getattr(env, "game", None) is not None else Agent
     return kind(config, learner, make_env, env, precision=precision,

@@ -66,7 +66,7 @@ def log_models(tracker: Tracker, policy: Path, envs: gym.vector.VectorEnv,
                 "actors_precision": str(cfg.actors.get("precision", "fp32"))}
     spaces = envs.single_observation_space, envs.single_action_space
     return [log_policy_model(tracker, policy, *spaces, metadata, weights, "actors")
-            for weights in (("modules", "best") if kept else ("modules",))]
+            for weights in (("final", "best") if kept else ("final",))]
 
 
 def final_evaluation(learner: Learner, make_env: Callable[[], gym.vector.VectorEnv],

@@ -76,6 +76,11 @@ def test_a_checkpoint_file_and_the_mlflow_run_load_the_same_policy(job):
     assert np.array_equal(from_checkpoint.act(obs), expected)
     assert np.array_equal(from_run.act(obs), expected)
     assert from_run.run_id == results["run_id"]
+    best = hetrl.load(folder, weights="best")  # the kept best evaluation's weights
+    kept = torch.load(folder / checkpoint.POLICY, weights_only=True)["best"]
+    assert all(torch.equal(best.learner.state_dict()[k], v) for k, v in kept.items())
+    with pytest.raises(ConfigError, match=r"weights='last' is invalid.*'final', 'best'"):
+        hetrl.load(folder, weights="last")
 
 
 @pytest.mark.parametrize("source, named", [

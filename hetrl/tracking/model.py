@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per copied file
+# MLflow advises type hints on `predict` as each model class is made (its own ones too, at
+# import): a signature is given instead, and a hinted predict has its input converted
+warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method")
 
 import mlflow.pyfunc  # noqa: E402
 import numpy as np  # noqa: E402
@@ -32,11 +35,6 @@ MODEL = "policy"
 """The run's artifact folder of the final policy's model (`policy_best`: the kept one)."""
 
 
-# MLflow advises type hints on `predict` when the class is made; the model's signature is
-# given instead (a hinted predict would have its input converted by MLflow's hint rules)
-warnings.filterwarnings("ignore", message="Add type hints to the `predict` method")
-
-
 class PolicyModel(mlflow.pyfunc.PythonModel):
     """Observations (a batch, as the env gives one) in, the greedy actions out."""
 
@@ -47,7 +45,7 @@ class PolicyModel(mlflow.pyfunc.PythonModel):
         config = context.model_config or {}
         state = checkpoint.load_policy(Path(context.artifacts["policy"]))
         self.agent = from_state(state, precision=config.get("precision", "fp32"),
-                                weights=config.get("weights", "modules"))
+                                weights=config.get("weights", "final"))
 
     # no type hints here: MLflow reads predict's hints as an input schema, and warns at Any
     def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201
@@ -78,11 +76,11 @@ def signature(obs_space: Any, act_space: Any) -> ModelSignature:
 
 
 def log_policy_model(tracker: Tracker, policy_file: Path, obs_space: Any, act_space: Any,
-                     metadata: dict[str, str], weights: str = "modules",
+                     metadata: dict[str, str], weights: str = "final",
                      precision: str = "fp32") -> str:
     """Save the pyfunc model of `policy_file` and log it into the run's artifacts (`policy`,
     or `policy_best` for the kept weights); returns that folder's name."""
-    folder = MODEL if weights == "modules" else f"{MODEL}_best"
+    folder = MODEL if weights == "final" else f"{MODEL}_{weights}"
     with tempfile.TemporaryDirectory() as tmp, _quiet():
         path = Path(tmp) / folder
         mlflow.pyfunc.save_model(
