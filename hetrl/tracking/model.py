@@ -20,9 +20,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per copied file
-# MLflow advises type hints on `predict` as each model class is made (its own ones too, at
-# import): a signature is given instead, and a hinted predict has its input converted
-warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method")
 
 import mlflow.pyfunc  # noqa: E402
 import numpy as np  # noqa: E402
