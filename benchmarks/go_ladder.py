@@ -26,7 +26,8 @@ Wilson intervals beside the goals: >= 95% against random and >= 60% against gene
 <= 20 minutes; stretch (overnight, not gated): >= 50% against 1,000 simulations. The training
 wall clock is the loop's (`selfplay/wall_s`: self-play, training, logging, workers' start-up)
 less the time of the final evaluation; the job's set-up (building, timing the step on the
-host) is reported beside it.
+host) is reported beside it. The job's folder (`<store>/jobN`, printed at the end) holds its
+`policy.pt`: `hetrl.load` gets the trained agent from it, `python -m hetrl.gtp` plays it.
 """
 
 from __future__ import annotations
@@ -99,8 +100,9 @@ def main() -> None:
     print("python -m hetrl " + " ".join(overrides))
     readouts = job_config(*overrides)[0].scheduler.eval_readouts
     args.store.mkdir(parents=True, exist_ok=True)
+    job_dir = args.store / f"job{len(list(args.store.glob('job*')))}"
     start = time.perf_counter()
-    results = run_job(args.store, *overrides)
+    results = run_job(args.store, *overrides, out=job_dir)
     job_s = time.perf_counter() - start
 
     eval_s = results["selfplay/eval_s"]  # the last generation's: the final evaluation
@@ -134,6 +136,9 @@ def main() -> None:
     if "run_id" in results:
         print(f"\nMLflow run {results['run_id']} in {args.store.resolve() / 'mlflow.db'} "
               "(the sampled games: sgf/generation_NNNN.sgf and .png)")
+    print(f"\nThe trained agent: hetrl.load('{job_dir}') in Python; play it with "
+          f"python -m hetrl.gtp {job_dir} (GTP), or python -m hetrl.evaluate {job_dir} "
+          "video=true (games against random, an SGF and the final board)")
 
 
 if __name__ == "__main__":

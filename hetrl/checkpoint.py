@@ -1,4 +1,6 @@
-"""A job's whole training state in one file, so a stopped job resumes exactly."""
+"""A job's whole training state in one file, so a stopped job resumes exactly; and its
+policy in another (`policy.pt`: the config and the networks' weights, no training state), what
+`hetrl.load` reads."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from hetrl.config.errors import ConfigError
 from hetrl.faults import Fault
 
 FILENAME = "checkpoint.pt"
+POLICY = "policy.pt"
 
 
 def save(path: Path, state: dict[str, Any]) -> None:
@@ -44,11 +47,12 @@ def _not_written(path: Path, error: BaseException) -> str:
             f"writable, then resume with `python -m hetrl resume={path.parent}`")
 
 
-def load(job_dir: Path) -> dict[str, Any]:
+def load(job_dir: Path, key: str = "resume") -> dict[str, Any]:
+    """The checkpoint in `job_dir`; `key` names the setting that pointed there (its error)."""
     path = job_dir / FILENAME
     if not path.is_file():
         raise ConfigError(
-            f"resume={str(job_dir)!r} is invalid: no {FILENAME} there; valid values are "
+            f"{key}={str(job_dir)!r} is invalid: no {FILENAME} there; valid values are "
             "output dirs of jobs that ran with checkpoint_every > 0 or finished"
         )
     try:
@@ -59,3 +63,18 @@ def load(job_dir: Path) -> dict[str, Any]:
             f"cannot resume from {path}: the file is truncated or corrupt ({reason}); resume "
             "from a copy of that job dir that has a whole checkpoint, or start the job afresh"
         ) from error
+
+
+def save_policy(path: Path, state: dict[str, Any]) -> Path:
+    """Write a policy file (plain data and tensors only: `load_policy` reads it with
+    `weights_only`, so loading one runs no pickled code)."""
+    save(path, state)
+    return path
+
+
+def load_policy(path: Path) -> dict[str, Any]:
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as error:  # noqa: BLE001 - named below, whatever torch raised
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise Fault(f"cannot load the policy {path}: {reason}") from error

@@ -27,17 +27,23 @@ EVAL_SEED_OFFSET = 1_000_000
 
 
 def episode_returns(learner: Learner, env: gym.vector.VectorEnv, episodes: int, seed: int,
-                    policy: nn.Module | None = None) -> np.ndarray:
+                    policy: nn.Module | None = None,
+                    max_steps: int | None = None) -> np.ndarray:
     """Returns of `episodes` deterministic episodes on the first env of `env`, episode i
     starting from `reset(seed=seed + i)`; `policy` stands in for the learner's own. An
     episode's return is the env's own episode statistic where it records one (a multi-agent
-    env's team return), else the sum of its rewards."""
+    env's team return), else the sum of its rewards. With `max_steps`, no more env steps
+    than that are played in all: the returns are those of the episodes that ended."""
     returns = np.zeros(episodes)
+    budget = max_steps if max_steps is not None else float("inf")
     with learner.acting_with(policy) if policy is not None else nullcontext():
         for i in range(episodes):
             obs, _ = env.reset(seed=seed + i)
             done = False
             while not done:
+                if budget <= 0:
+                    return returns[:i]
+                budget -= 1
                 obs, reward, terminated, truncated, info = env.step(learner.act(obs, None))
                 returns[i] += float(np.sum(reward[0]))
                 done = bool(np.any(terminated[0]) or np.any(truncated[0]))
@@ -49,6 +55,10 @@ def episode_returns(learner: Learner, env: gym.vector.VectorEnv, episodes: int, 
 BEST_SEED_OFFSET = 1_000
 """The kept policy is scored on episodes seed + EVAL_SEED_OFFSET + BEST_SEED_OFFSET + i, which
 no evaluation during training played (eval.episodes <= BEST_SEED_OFFSET)."""
+FINAL_SEED_OFFSET = EVAL_SEED_OFFSET + 2 * BEST_SEED_OFFSET
+"""The final greedy evaluation of a job (its end summary) and `hetrl.load`'s agents play
+episodes seed + FINAL_SEED_OFFSET + i: seeds that neither the training envs, the evaluations
+during training nor the kept policy's scoring played."""
 
 
 class Evaluator:

@@ -22,6 +22,7 @@ from hetrl.envs.state import env_state, load_env_state
 from hetrl.evaluation import Evaluator, ptq_reward_error
 from hetrl.faults import Fault, Stopped, StopRequest, StoreLost
 from hetrl.options import GROUPS, group_options, typed_config
+from hetrl.policy_outputs import leave_policy
 from hetrl.progress import TrainingProgress
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState, Report
@@ -29,7 +30,8 @@ from hetrl.seeding import rng_states, set_rng_states
 from hetrl.stopping import SIGNALS, adopt
 from hetrl.tracking.base import REFERENCE_TAG, Tracker
 from hetrl.tracking.artifacts import log_learning_curve, log_plan
-from hetrl.tracking.reward_error import fp32_actors_key, numerics_key, reference_metrics
+from hetrl.tracking.reward_error import (fp32_actors_key, numerics_key, reference_metrics,
+                                         twin_to_train)
 from hetrl.validation import validate
 
 log = logging.getLogger("hetrl")
@@ -72,7 +74,8 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
         tracker = _tracker(cfg)
         tracker.start(name, tags={**choices, "seed": str(cfg.seed), **(tags or {})},
                       run_id=saved["run_id"] if saved else None)
-        log.info("%s", _start_line(cfg, name, out_dir, tracker, saved))
+        log.info("%s", _start_line(cfg, name, out_dir, tracker, saved,
+                                   _twin_note(cfg, choices, tracker)))
         try:
             if saved is None:
                 tracker.log_params(researcher_params(cfg))
@@ -104,15 +107,16 @@ def _reference_tags(tracker: Tracker) -> dict[str, str]:
     return {REFERENCE_TAG: tracker.run_id} if tracker.run_id else {}
 
 
-SUMMARY = ("return_mean_100", "eval/return_mean", "eval/best_return_mean", "reward_error_pct",
-           "ptq_reward_error_pct", "time_to_95pct_s", "stop_return/step", "sps", "eps_host",
-           "eps_platform", "updates")
+SUMMARY = ("return_mean_100", "eval/final_return_mean", "eval/return_mean",
+           "eval/best_return_mean", "reward_error_pct", "ptq_reward_error_pct", "time_to_95pct_s",
+           "stop_return/step", "sps", "eps_host", "eps_platform", "updates")
 """The final metrics the end summary names (those the run has)."""
 
 
 def _start_line(cfg: DictConfig, name: str, out_dir: Path, tracker: Tracker,
-                saved: dict[str, Any] | None) -> str:
-    """What the job is, where it writes and where to watch it: printed before anything else."""
+                saved: dict[str, Any] | None, then: str = "") -> str:
+    """What the job is (`then`: what it trains after itself), where it writes and where to
+    watch it: printed before anything else."""
     budget = f"{cfg.steps:,} env steps"
     if cfg.stop_return is not None:
         budget += f" or until return_mean_100 >= {cfg.stop_return:g}"
@@ -120,8 +124,17 @@ def _start_line(cfg: DictConfig, name: str, out_dir: Path, tracker: Tracker,
         budget += f", resuming at step {saved['loop'].step:,}"
     if (starts := cfg.algo.get("learning_starts")) is not None:
         budget += f", learning_starts {starts:,}"
+    budget += then
     where = getattr(tracker, "where", lambda: None)()
     return f"{name}: {budget} → {_short(out_dir)}" + (f" | {where}" if where else "")
+
+
+def _twin_note(cfg: DictConfig, choices: Mapping[str, str], tracker: Tracker) -> str:
+    """The start line's word on the reference run the job trains when it ends, if it will."""
+    if not twin_to_train(cfg, choices, tracker):
+        return ""
+    return (f", then its reference run (precision=fp32, for reward_error_pct): another "
+            f"{cfg.steps:,} env steps, reference=find skips it")
 
 
 def _short(path: Path) -> Path:
@@ -134,10 +147,18 @@ def _short(path: Path) -> Path:
 
 def _end_summary(name: str, results: Mapping[str, Any], out_dir: Path, tracker: Tracker) -> str:
     """The final metrics, the checkpoint and where the run is."""
-    figures = ", ".join(f"{key} {results[key]:.4g}" for key in SUMMARY if key in results)
+    figures = ", ".join(_figure(key, results) for key in SUMMARY if key in results)
     where = getattr(tracker, "where", lambda: None)()
     return (f"{name} finished: {figures or 'no metrics'} | checkpoint "
             f"{_short(out_dir / checkpoint.FILENAME)}" + (f" | {where}" if where else ""))
+
+
+def _figure(key: str, results: Mapping[str, Any]) -> str:
+    """One figure of the end summary; the final greedy evaluation with its 95 % interval."""
+    if key == "eval/final_return_mean":
+        return (f"greedy {key} {results[key]:.4g} ± {results['eval/final_return_ci95']:.2g} "
+                f"({results['eval/final_episodes']:.0f} episodes)")
+    return f"{key} {results[key]:.4g}"
 
 
 def _tracker(cfg: DictConfig) -> Tracker:
@@ -245,6 +266,7 @@ def _train(
         results.update(ptq)
     tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
     tracker.log_artifact(save_checkpoint(state))
+    results.update(leave_policy(cfg, choices, out_dir, tracker, c, state.step, state.eval_best))
     if c.step_plan is not None:
         results.update(c.step_plan.metrics(c.learner.batch_size))
     return results, state

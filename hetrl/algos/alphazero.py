@@ -35,6 +35,7 @@ from hetrl.algos.mcts import (
     Search,
     SearchConfig,
     SearchStats,
+    choose_move,
     inject_noise,
     run_searches,
 )
@@ -360,10 +361,7 @@ def iter_games(n_games: int, concurrent: int, game: GoGame, evaluate, cfg: Searc
             if g.can_resign and mover_q < cfg.resign_threshold:
                 g.resigned_by = g.pos.to_play
             else:
-                if len(g.moves) < softpicks:
-                    action = int(rng.choice(len(policy), p=policy))
-                else:
-                    action = int(np.argmax(policy))
+                action = choose_move(policy, len(g.moves), softpicks, rng)
                 child = root.child(action)
                 child.parent = None  # the tree below the move is kept
                 g.root, g.pos = child, child.pos
@@ -424,11 +422,8 @@ def match(n_games: int, game: GoGame, black_first, white_first, cfg: SearchConfi
                 searches = [Search(Node(positions[j]), cfg.readouts) for j in mine]
                 run_searches(searches, player, cfg)
                 for j, s in zip(mine, searches):
-                    policy = s.root.search_policy()
-                    if positions[j].moves < softpicks:  # as self-play: varied openings
-                        action = int(rng.choice(len(policy), p=policy))
-                    else:
-                        action = int(np.argmax(policy))
+                    action = choose_move(s.root.search_policy(), positions[j].moves,
+                                         softpicks, rng)
                     positions[j] = positions[j].play(action)
         for j, pos in enumerate(positions):
             winner = pos.winner()

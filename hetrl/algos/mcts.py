@@ -272,6 +272,22 @@ def run_searches(searches: list[Search], evaluate: Evaluator, cfg: SearchConfig,
         active = [s for s in active if not s.done()]
 
 
+def eval_config(cfg: SearchConfig, readouts: int) -> SearchConfig:
+    """`cfg` at `readouts` readouts a move: the search an evaluation plays with."""
+    return SearchConfig(**{**vars(cfg), "readouts": readouts})
+
+
+def choose_move(policy: np.ndarray, moves: int, softpicks: int,
+                rng: np.random.Generator) -> int:
+    """The move a search plays, in self-play and in every evaluation (the job's, the
+    ladder's, `hetrl.load`'s agents): the first `softpicks` moves of a game (`moves` played so
+    far) drawn from the visit distribution `policy`, so that two deterministic players do not
+    replay one game over and over, then the most visited."""
+    if moves < softpicks:
+        return int(rng.choice(len(policy), p=policy))
+    return int(np.argmax(policy))
+
+
 def search_position(pos: GoPosition, evaluate: Evaluator, cfg: SearchConfig,
                     readouts: int | None = None) -> Node:
     """A plain search of one position (no noise): the root, its visits in `child_N`."""

@@ -28,10 +28,12 @@ class EvalConfig:
 
     every: int = MISSING  # env steps between evaluations, and one at the end (0: none)
     episodes: int = MISSING  # episodes per evaluation, each from its own fixed eval seed
+    final: int = MISSING  # greedy episodes of the final policy for the end summary (0: none)
 
     def __post_init__(self) -> None:
         require(self.every >= 0, "eval.every", self.every, "integers >= 0 (0: no evaluation)")
         require(self.episodes >= 1, "eval.episodes", self.episodes, "integers >= 1")
+        require(self.final >= 0, "eval.final", self.final, "integers >= 0 (0: none)")
 
 
 @dataclass

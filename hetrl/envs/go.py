@@ -34,7 +34,15 @@ from open_spiel.python.observation import make_observation
 from scipy import ndimage
 
 BLACK, WHITE = 1, -1
+RESIGN = -1
+"""The action of a player who resigns (GTP's "resign"): no move of the game."""
+COLUMNS = "abcdefghjklmnopqrstuvwxyz"
+"""GTP's column letters: "i" is skipped."""
 _NEIGHBOURS = ndimage.generate_binary_structure(2, 1)
+
+
+NO_CAP = 1_000_000
+"""A game length no real game reaches: OpenSpiel needs a cap, a GTP opponent plays on."""
 
 
 class GoGame:
@@ -42,6 +50,8 @@ class GoGame:
 
     def __init__(self, board_size: int = 9, komi: float = 7.5, history: int = 4,
                  liberties: bool = True, max_moves: int | None = None) -> None:
+        """`max_moves` caps a game's length (OpenSpiel's default: 2·N²; a GTP engine, whose
+        opponent may play on, sets NO_CAP)."""
         self.n = board_size
         self.komi = komi
         self.history = history
@@ -96,15 +106,26 @@ class GoGame:
         return out
 
     def coord(self, action: int) -> str:
-        """GTP-style coordinates ("a1", "pass"; no letter skipped)."""
+        """GTP's vertex of an action: column letter ("i" skipped, as GTP and Go boards skip
+        it) and row number from 1, "a1" the action 0; "pass", "resign"."""
         if action == self.pass_action:
             return "pass"
-        return f"{'abcdefghjklmnopqrst'[action % self.n]}{action // self.n + 1}"
+        if action == RESIGN:
+            return "resign"
+        return f"{COLUMNS[action % self.n]}{action // self.n + 1}"
 
     def action(self, coord: str) -> int:
-        if coord == "pass":
-            return self.pass_action
-        return (int(coord[1:]) - 1) * self.n + "abcdefghjklmnopqrst".index(coord[0])
+        """The action of a GTP vertex ("D4" or "d4", "pass", "resign": RESIGN)."""
+        text = coord.strip().lower()
+        if text in ("pass", "resign"):
+            return self.pass_action if text == "pass" else RESIGN
+        column, row = text[:1], text[1:]
+        if (not row.isdigit() or column not in COLUMNS[:self.n]
+                or not 1 <= int(row) <= self.n):
+            raise ValueError(
+                f"vertex {coord!r} is invalid: valid vertices on {self.n}x{self.n} are "
+                f"A1 to {COLUMNS[self.n - 1].upper()}{self.n} (no I), pass and resign")
+        return (int(row) - 1) * self.n + COLUMNS.index(column)
 
 
 class GoPosition:

@@ -42,7 +42,7 @@ def _engine() -> None:
             return
 
 
-def _qint8_weight(weight: torch.Tensor, per_channel: bool) -> torch.Tensor:
+def qint8_weight(weight: torch.Tensor, per_channel: bool) -> torch.Tensor:
     w = weight.detach().float().cpu()
     scale, zero_point = affine_params(w, bits=8, per_channel=per_channel, symmetric=True)
     if per_channel:
@@ -75,7 +75,7 @@ class Int8Linear(nn.Module):
     def load(self, layer: nn.Linear) -> None:
         """Quantize and pack `layer`'s current weights (in place: a pull's repack)."""
         with _quiet():
-            self.gemm.set_weight_bias(_qint8_weight(layer.weight, False), _bias(layer))
+            self.gemm.set_weight_bias(qint8_weight(layer.weight, False), _bias(layer))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.gemm(x)
@@ -101,7 +101,7 @@ class Int8Conv2d(nn.Module):
         weight = layer.weight.detach()
         with _quiet():
             self.gemm.set_weight_bias(
-                _qint8_weight(weight.reshape(weight.shape[0], -1), self.per_channel),
+                qint8_weight(weight.reshape(weight.shape[0], -1), self.per_channel),
                 _bias(layer))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

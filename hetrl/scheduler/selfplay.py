@@ -65,7 +65,7 @@ from hetrl.algos.alphazero import (
     result,
     to_sgf,
 )
-from hetrl.algos.mcts import SearchConfig, SearchStats
+from hetrl.algos.mcts import SearchConfig, SearchStats, eval_config
 from hetrl.algos.pure_mcts import PureMcts
 from hetrl.config.enums import Agents
 from hetrl.envs.go import GoGame, area_owner
@@ -321,7 +321,7 @@ class Generations:
 
     def _eval_search(self) -> SearchConfig:
         """The search of gating and evaluation: `eval_readouts` readouts a move."""
-        return SearchConfig(**{**vars(self.learner.search), "readouts": self.cfg.eval_readouts})
+        return eval_config(self.learner.search, self.cfg.eval_readouts)
 
 
 def _generation_metrics(g: GenerationLog, p: SelfPlayProgress,

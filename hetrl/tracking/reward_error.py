@@ -54,6 +54,21 @@ def reference_job(cfg: DictConfig, choices: Mapping[str, str]
     return twin, {**choices, "precision": "fp32"}
 
 
+def twin_to_train(cfg: DictConfig, choices: Mapping[str, str], tracker: Tracker) -> bool:
+    """Whether the job will train its reference run when it ends (`reference=train`, and no
+    finished run of the reference's numerics is in the store yet): its start line says so."""
+    reference = reference_job(cfg, choices)
+    if reference is None or cfg.reference != Reference.train:
+        return False
+    key = "eval/return_mean" if cfg.eval.every > 0 else "return_mean_100"
+    return tracker.find_metric(reference_tags(*reference), key) is None
+
+
+def reference_tags(twin_cfg: DictConfig, twin_choices: Mapping[str, str]) -> dict[str, str]:
+    """The tags a reference run is found by: its numerics and its precision."""
+    return {"numerics_key": numerics_key(twin_cfg), "precision": twin_choices["precision"]}
+
+
 def reward_error_pct(value: float, reference: float) -> float:
     return abs(value - reference) / max(abs(reference), 1e-12) * 100.0
 
@@ -97,9 +112,8 @@ def reference_metrics(cfg: DictConfig, choices: Mapping[str, str], results: Mapp
     key = final_return_key(results)
     if reference is not None and key in results and results.get("updates", 1) > 0:
         twin_cfg, twin_choices = reference
-        tags = {"numerics_key": numerics_key(twin_cfg), "precision": twin_choices["precision"]}
-        twin = twin_metrics(tracker, tags, twin_cfg, twin_choices, out_dir / "reference",
-                            train_twin, key)
+        twin = twin_metrics(tracker, reference_tags(twin_cfg, twin_choices), twin_cfg,
+                            twin_choices, out_dir / "reference", train_twin, key)
         if twin is not None:
             if twin.get("updates", 1) > 0:  # no error against a reference that never learned
                 metrics["reward_error_pct"] = reward_error_pct(results[key], twin[key])
