@@ -9,8 +9,8 @@ per output channel for convolutions) behind a DequantizeLinear, each layer's inp
 on the fly per tensor as fbgemm's dynamic kernels quantize it (7-bit codes over its range and 0:
 ReduceMin/ReduceMax -> QuantizeLinear -> DequantizeLinear). Either file is checked against the
 PyTorch policy with ONNX Runtime on observations of the policy's own episodes (fp32: heads
-equal to 1e-5; int8: the same action as PyTorch's int8 policy on >= 99 % of them), then
-logged to the run (`onnx/`).
+equal to 1e-5; int8: the same action as PyTorch's int8 policy on >= 99 % of them, a
+continuous one within 1 % of the action range), then logged to the run (`onnx/`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -33,6 +34,8 @@ OPSET = 17
 FP32_TOLERANCE = 1e-5
 INT8_AGREEMENT = 0.99
 QUANTIZED_OPS = {"Gemm": 1, "MatMul": 1, "Conv": 1}  # op -> index of its weight input
+ACTION_TOLERANCE = 0.01
+"""Two continuous actions are the same within this share of the action range."""
 ACTIVATION_LEVELS = 127.0  # fbgemm's dynamic inputs: 7-bit codes (`reduce_range`)
 
 
@@ -164,8 +167,9 @@ def check(agent: Agent, model_bytes: bytes, int8: bool, n: int = 4096) -> dict[s
     head, expected = (np.concatenate(h) for h in zip(*heads))
     actions = fp32.choose(torch.from_numpy(head)).numpy()
     measured = {"observations": float(n),
-                "same_action": _agreement(actions, fp32.choose(torch.from_numpy(expected))),
-                "same_action_fp32": _agreement(actions, expected_fp32),
+                "same_action": _agreement(actions, fp32.choose(torch.from_numpy(expected)),
+                                          agent.act_space),
+                "same_action_fp32": _agreement(actions, expected_fp32, agent.act_space),
                 "head_error": float(np.max(np.abs(head - expected)
                                            / np.maximum(1.0, np.abs(expected))))}
     if int8 and measured["same_action"] < INT8_AGREEMENT:
@@ -183,9 +187,16 @@ def _int8(agent: Agent) -> QuantSpec:
     return QuantSpec(ActorPrecision.int8, Int8Mode.kernel, agent.actor_spec().per_channel)
 
 
-def _agreement(actions: np.ndarray, expected: np.ndarray | torch.Tensor) -> float:
-    same = np.reshape(np.asarray(actions) == np.asarray(expected), (len(actions), -1))
-    return float(np.all(same, axis=1).mean())
+def _agreement(actions: np.ndarray, expected: np.ndarray | torch.Tensor,
+               act_space: gym.Space) -> float:
+    """The share of observations whose actions are the same: equal (discrete), or within
+    ACTION_TOLERANCE of the action range in every dimension (continuous)."""
+    actions, expected = np.asarray(actions), np.asarray(expected)
+    if isinstance(act_space, gym.spaces.Discrete):
+        same = actions == expected
+    else:
+        same = np.abs(actions - expected) <= ACTION_TOLERANCE * (act_space.high - act_space.low)
+    return float(np.all(np.reshape(same, (len(actions), -1)), axis=1).mean())
 
 
 def export(agent: Agent, path: Path, int8: bool = False, n: int = 4096) -> dict[str, float]:
