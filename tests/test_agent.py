@@ -63,8 +63,10 @@ def test_load_builds_the_policy_alone_leaves_every_rng_and_acts_as_the_learner(j
     assert agent.act(obs[0]) == greedy[0]  # one observation: one action
     assert np.array_equal(agent.greedy()(torch.from_numpy(obs)).numpy(), greedy)
     # the end summary's greedy evaluation is the agent's, on the same fresh seeds
-    assert results["eval/final_episodes"] == 4
-    assert agent.evaluate(4).mean() == pytest.approx(results["eval/final_return_mean"])
+    # (eval.final=4 episodes, those that end within the job's 400 env steps)
+    n = int(results["eval/final_episodes"])
+    assert 1 <= n <= 4
+    assert agent.evaluate(n).mean() == pytest.approx(results["eval/final_return_mean"])
 
 
 def test_a_checkpoint_file_and_the_mlflow_run_load_the_same_policy(job):
@@ -189,7 +191,8 @@ def test_the_end_summary_shows_the_greedy_evaluation_beside_the_training_mean(jo
     summary = _end_summary("job", results, folder, NullTracker())
     training = summary.index("return_mean_100")
     greedy = summary.index(f"greedy eval/final_return_mean {results['eval/final_return_mean']:.4g}"
-                           f" ± {results['eval/final_return_ci95']:.2g} (4 episodes)")
+                           f" ± {results['eval/final_return_ci95']:.2g}"
+                           f" ({int(results['eval/final_episodes'])} episodes)")
     assert training < greedy
 
 
