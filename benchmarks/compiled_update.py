@@ -29,6 +29,7 @@ import torch
 from common import ROOT, build_job, host_line, table
 
 from hetrl.algos.base import Learner
+from hetrl.build import Components
 from hetrl.compiled.choose import compiler, job_batch, last_compile, time_updates
 from hetrl.compiled.step import GraphStep, unsupported
 from hetrl.compiled.toolchain import cache_dir
@@ -61,9 +62,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "compiled_update.jsonl"
 
 def measure(overrides: tuple[str, ...], repeats: int) -> dict:
     """One workload's figures (seconds), or its eager time and why it does not compile."""
-    mixed = "precision=mixed" in overrides
-    c = build_job(*overrides, "tracking=none", "compile=false", plan=mixed)
-    c.envs.close()
+    c = _built(overrides)
     learner, device = c.learner, c.platform.device
     batch = job_batch(learner, c.spaces, c.replay)
     context = partial(c.precision.autocast, device)
@@ -78,6 +77,14 @@ def measure(overrides: tuple[str, ...], repeats: int) -> dict:
                          warmup=5, repeats=repeats)
     return {"eager_s": times["eager"], "compiled_s": times["compiled"],
             "compile_s": first_s, "cache": cache, "cached_start_s": _cached_start(overrides)}
+
+
+def _built(overrides: tuple[str, ...] | list[str]) -> Components:
+    """The workload's job, built (planned where its precision needs a plan: mixed)."""
+    c = build_job(*overrides, "tracking=none", "compile=false",
+                  plan="precision=mixed" in overrides)
+    c.envs.close()
+    return c
 
 
 def _compile(learner: Learner, batch: object, context: Callable) -> float:
@@ -99,8 +106,7 @@ def _cached_start(overrides: tuple[str, ...]) -> float:
 
 def compile_only(overrides: list[str]) -> None:
     """Print the seconds the first compiled update of the workload takes here."""
-    c = build_job(*overrides, "tracking=none", "compile=false")
-    c.envs.close()
+    c = _built(overrides)
     context = partial(c.precision.autocast, c.platform.device)
     print(_compile(c.learner, job_batch(c.learner, c.spaces, c.replay), context))
 
