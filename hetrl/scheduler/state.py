@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from hetrl.timing import PhaseTimer  # noqa: F401  (imported from here by the update step)
 
 
 class Report(Enum):

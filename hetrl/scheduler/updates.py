@@ -12,7 +12,8 @@ import torch
 from hetrl.algos.base import Batch, Learner
 from hetrl.precision.base import Precision
 from hetrl.replay.base import Replay
-from hetrl.scheduler.state import LoopState, PhaseTimer
+from hetrl.scheduler.state import LoopState
+from hetrl.timing import PhaseTimer
 
 if TYPE_CHECKING:
     from hetrl.replay.window import GenerationWindow
