@@ -21,7 +21,7 @@ from hetrl.config.checks import check_inputs  # noqa: E402
 from hetrl.config.errors import ConfigError  # noqa: E402
 from hetrl.config.store import register  # noqa: E402
 from hetrl.faults import Fault, Stopped, exit_on_stop  # noqa: E402
-from hetrl.sweep_stops import run_job  # noqa: E402
+from hetrl.sweep.stops import run_job  # noqa: E402
 from hetrl.tracking.base import JOB_NUM_TAG  # noqa: E402
 
 register()

@@ -307,7 +307,7 @@ def _save_checkpoint(path: Path, cfg: DictConfig, choices: Mapping[str, str],
 def _stop_on_signals() -> Iterator[StopRequest]:
     """SIGINT/SIGTERM ask the loop to stop at the next step (after a checkpoint): the handler
     only notes the signal (StopRequest.request), the loop and its waits read it. A process
-    that runs a sweep's jobs blocks them between jobs (hetrl.sweep_stops); they are unblocked
+    that runs a sweep's jobs blocks them between jobs (hetrl.sweep.stops); they are unblocked
     here, so one sent meanwhile arrives now and the job stops before it begins."""
     stop = StopRequest()
     if threading.current_thread() is not threading.main_thread():

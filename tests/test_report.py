@@ -20,7 +20,7 @@ from hetrl.report import log_report, pareto_front
 from hetrl.report.__main__ import DEFAULT_URI, main
 from hetrl.report.pareto import panels
 from hetrl.report.runs import load_sweep
-from hetrl.tracking.sweep import MlflowSweep
+from hetrl.sweep.mlflow import MlflowSweep
 
 PNGS = {"pareto.png", "eps.png", "learning_curves.png", "phases.png"}
 VOID = {"meta", "img", "br", "hr", "link", "input"}
@@ -242,7 +242,7 @@ def test_a_child_run_is_not_a_sweep_and_a_missing_store_is_named(sweep, tmp_path
 def test_the_default_store_is_hetrls_and_the_sweep_imports_no_matplotlib():
     conf = Path(__file__).parents[1] / "conf" / "tracking" / "mlflow.yaml"
     assert DEFAULT_URI == yaml.safe_load(conf.read_text())["uri"]
-    probe = ("import sys, hetrl.__main__, hetrl.tracking.sweep; "
+    probe = ("import sys, hetrl.__main__, hetrl.sweep.mlflow; "
              "print('matplotlib' in sys.modules, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          timeout=120)

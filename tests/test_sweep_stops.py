@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from hetrl.faults import Stopped
-from hetrl.tracking.sweep import _not_started
+from hetrl.sweep.mlflow import _not_started
 
 LONG = ("algo=dqn", "steps=1000000", "algo.learning_starts=100", "algo.hidden=[16]",
         "log_every=1000", "tracking.system_metrics_s=0")
@@ -232,7 +232,7 @@ def test_a_slurm_sweep_is_configured_from_yaml_and_a_stop_asks_its_jobs_by_scanc
     from hydra import compose, initialize_config_dir
 
     from hetrl import CONF_DIR
-    from hetrl.sweep_stops import SLURM_LAUNCHER, cancel_slurm_jobs
+    from hetrl.sweep.stops import SLURM_LAUNCHER, cancel_slurm_jobs
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", ["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],

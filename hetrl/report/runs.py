@@ -136,7 +136,7 @@ def varying_keys(swept: list[str], jobs: list[Job]) -> list[str]:
 
 
 def portability_settings(client: MlflowClient, parent_id: str) -> list[str]:
-    """The settings of the parent's `portability.csv` (hetrl.tracking.sweep), row k being
+    """The settings of the parent's `portability.csv` (hetrl.sweep.mlflow), row k being
     the setting of `phi_p/<k>`; none where it is not there."""
     from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR as BAR
 

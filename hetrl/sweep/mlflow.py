@@ -7,7 +7,7 @@ error: a job that failed before it made a run) and the jobs that never started, 
 each job so that a sweep cut short still has one (a job that never started is found by its
 overrides: parallel jobs end in any order). Hydra skips `on_multirun_end` when a job failed,
 so the parent is also closed at exit. A sweep with a failed or rejected job ends FAILED, a
-stopped one (hetrl.sweep_stops) KILLED; one whose every job was rejected leaves no parent, as a
+stopped one (hetrl.sweep.stops) KILLED; one whose every job was rejected leaves no parent, as a
 rejected job leaves no run. Once closed, the parent gets the sweep report (hetrl.report: plots
 and one HTML page).
 """
@@ -28,7 +28,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, read_write
 
 from hetrl.config.errors import ConfigError
-from hetrl.sweep_stops import runs_elsewhere, stopped_by
+from hetrl.sweep.stops import runs_elsewhere, stopped_by
 from hetrl.tracking.base import JOB_NUM_TAG, REFERENCE_TAG
 
 PARENT_ENV = "HETRL_PARENT_RUN_ID"  # read by the jobs' tracking config
