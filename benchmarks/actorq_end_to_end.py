@@ -41,7 +41,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from common import host_line, load_average, metric_history, run_job, table
+from common import (host_line, load_average, metric_history, parse_args, run_job, table,
+                    write_results)
 
 warnings.filterwarnings("ignore")
 
@@ -126,7 +127,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true",
                         help="seconds: DQN, fp32 and int8 actors, 1 actor, width 64, 600 steps")
-    args = parser.parse_args()
+    args = parse_args(parser)
     if args.smoke:
         args.tasks, args.precisions, args.actors, args.pull_every = (
             ["dqn_cartpole"], ["fp32", "int8"], 1, 200)
@@ -141,3 +142,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()

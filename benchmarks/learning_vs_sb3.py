@@ -39,8 +39,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 from rliable import metrics
-from common import (host_line, job_config, metric_history, run_job, sb3_model,
-                    sb3_return_mean_100, subnormals, table)
+from common import (host_line, job_config, metric_history, parse_args, run_job, sb3_model,
+                    sb3_return_mean_100, subnormals, table, write_results)
 
 from hetrl.evaluation import EVAL_SEED_OFFSET
 from hetrl.tracking.seeds import bootstrap
@@ -165,7 +165,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=10, help="episodes per evaluation")
     parser.add_argument("--workers", type=int, default=2, help="jobs at a time")
     parser.add_argument("--smoke", action="store_true", help="2 seeds, 3000 steps")
-    args = parser.parse_args()
+    args = parse_args(parser)
     if args.smoke:
         args.seeds, args.steps, args.every, args.episodes = 2, 3000, 1500, 2
     print(host_line())
@@ -181,3 +181,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()

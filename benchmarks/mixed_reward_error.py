@@ -88,11 +88,11 @@ from typing import NamedTuple
 import gymnasium as gym
 import numpy as np
 import torch
-from common import build_job, host_line, job_config, run_or_resume, table, verdict
+from common import (append_line, build_job, code_state, host_line, job_config, parse_args,
+                    run_or_resume, table, verdict, write_results)
 
 from hetrl.faults import Stopped, exit_on_stop
 from hetrl.precision.mixed import layer_forward_dtypes
-from hetrl.tracking.metadata import git_state
 from hetrl.tracking.seeds import change_of_means, error_of_means, intervals
 
 FINAL, KEPT = "eval/return_mean", "eval/best_return_mean"
@@ -171,9 +171,7 @@ class Ledger:
                         if path.is_file() else [])
         # the code the jobs run: this checkout as the benchmark starts, not as a job ends
         # (the ledger's own new lines do not make it dirty)
-        code = git_state(Path(__file__).resolve().parents[1], ignore=path)
-        self.commit = (code["commit"][:7] + "-dirty" * (code["dirty"] == "true")
-                       if code else "unknown")
+        self.code = code_state(ignore=path)
 
     def find(self, workload: str, job: list[str], label: str) -> dict | None:
         return next((e for e in self.entries
@@ -182,11 +180,9 @@ class Ledger:
 
     def add(self, workload: str, job: list[str], label: str, metrics: dict) -> dict:
         entry = {"workload": workload, "job": job, "precision": label,
-                 "scores": job_scores(metrics), "commit": self.commit,
+                 "scores": job_scores(metrics), **self.code,
                  "date": datetime.date.today().isoformat(), "host": host_line()}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.write(json.dumps(entry) + "\n")
+        append_line(self.path, entry)
         self.entries.append(entry)
         return entry
 
@@ -308,7 +304,7 @@ def main() -> None:
     parser.add_argument("--store", type=Path,
                         help="keep the jobs here (MLflow store, checkpoints): run again with it "
                              "to read back the finished jobs and resume the stopped ones")
-    args = parser.parse_args()
+    args = parse_args(parser)
     if args.workers < 1:
         parser.error(f"--workers {args.workers}: give 1 or more (seeds trained at a time)")
     if not args.smoke and args.seeds < MIN_SEEDS:
@@ -374,3 +370,4 @@ def main() -> None:
 
 if __name__ == "__main__":  # stopped (its job checkpointed), this command again goes on
     exit_on_stop(main, go_on=shlex.join(["python", *sys.argv]))
+    write_results()

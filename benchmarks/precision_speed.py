@@ -64,7 +64,7 @@ import copy
 
 import gymnasium as gym
 import torch
-from common import build_job, host_line, ratio, table, verdict
+from common import build_job, host_line, parse_args, ratio, table, verdict, write_results
 
 from hetrl.platform.measure import compare_updates
 from hetrl.build import Components
@@ -122,7 +122,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--smoke", action="store_true", help="tiny networks, 3 repeats")
-    args = parser.parse_args()
+    args = parse_args(parser)
     print(host_line())
     native_bf16 = not emulates("cpu", torch.bfloat16)
     for workload, (overrides, native_goal) in WORKLOADS.items():
@@ -142,3 +142,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()
