@@ -22,10 +22,7 @@ higher than an SB3 run (rliable's probability of improvement; 0.5: no difference
 interval. rl-zoo3 publishes 500.0 +- 0.0 for this config (one trained agent, benchmark.md);
 DQN-CartPole does not stay converged (rl-baselines3-zoo#472), so final evaluations spread.
 
-Measured with 20 seeds on 2 cores: no difference resolved. P(hetrl > SB3) is 0.43 [0.27, 0.59]
-on the final evaluation (means 332.9 and 393.4) and 0.40 [0.22, 0.59] on the AUC (247.6 and
-257.9); every run of both reaches 500 at some evaluation; the training returns at 50k are 219.2
-and 223.4.
+Results: benchmarks/results/learning_vs_sb3.jsonl (history: benchmarks/results/README.md).
 """
 
 from __future__ import annotations
