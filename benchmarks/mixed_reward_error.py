@@ -23,8 +23,7 @@ deterministically (`eval.every`, `eval.episodes`: greedy/mean actions on eval en
 of their own, the same episodes for both), and the error is taken on an evaluation (which
 one, per workload, under Budgets below), not on the training return: `return_mean_100` mixes
 in exploration and the last 100 episodes of a policy that is still moving, and was the noise
-that made the old figures unresolvable (DQN-CartPole: 18.7 % per seed, 8.4 % of the means, a
-noise floor of 25.8 %).
+that made the old figures unresolvable (benchmarks/results/README.md).
 
 A store lives on one machine. `--ledger FILE` also appends each finished job (its scores, the
 commit, date and host) to a JSON-lines file, and takes the jobs already in it as done:
@@ -32,7 +31,9 @@ committed, it carries a row of many hours to the next sitting on another machine
 trains only the jobs it lacks (a job stopped halfway starts again there). The workloads'
 jobs share one queue, every fp32 job first, so a sitting that ends early has the noise
 floor's jobs and no worker waits for another workload's last job; a mixed job whose fp32 twin
-is in the ledger and not in its store trains no twin (`reference=find`).
+is in the ledger and not in its store trains no twin (`reference=find`). The committed ledger
+is benchmarks/results/reward_error.jsonl; the table each run prints is appended to
+benchmarks/results/mixed_reward_error.jsonl.
 
 The table gives, per workload, the error of the seed means with its 95 % stratified-bootstrap
 interval and the fp32 noise floor (the upper end of the interval of fp32 against itself), both
@@ -56,14 +57,12 @@ the numerics: fp32 seeds split so too), the mean of 5 seeds moves by ~40 with ea
 whether mixed precision solves as many seeds as fp32 is the comparison that stands.
 
 Budgets and the return scored, where the fp32 runs have converged and stay converged:
-- A2C-InvertedPendulum: 200k steps (rl-zoo3's); with 16 envs its evaluations reach 1000 from
-  60k on; the final evaluation counts.
-- DQN-CartPole: no budget stays converged. Measured over 5 seeds with rl-zoo3's
-  hyperparameters, the fp32 runs reach 500 somewhere between 30k and 60k steps and fall back
-  (final evaluations at 100k: 45, 255, 99, 175, 81), as rl-baselines3-zoo#472 reports; double
-  DQN does not change it (180, 113 on seeds 0 and 2), nor do CleanRL's hyperparameters, with
-  which SB3's DQN collapses like hetrl's (to 9.6 by 75k, seed 0). So the row scores the policy
-  a user keeps: the learner at its best evaluation (every 10k, 20 episodes), scored at the end
+- A2C-InvertedPendulum: 200k steps (rl-zoo3's), where its evaluations have long converged
+  with 16 envs (benchmarks/results/README.md); the final evaluation counts.
+- DQN-CartPole: no budget stays converged: the fp32 runs reach 500 and fall back, as
+  rl-baselines3-zoo#472 reports, with double DQN too and with CleanRL's hyperparameters, under
+  which SB3's DQN collapses like hetrl's (the runs: benchmarks/results/README.md). So the row
+  scores the policy a user keeps: the learner at its best evaluation (every 10k, 20 episodes), scored at the end
   on 20 episodes no evaluation played (`eval/best_return_mean`, SB3's best model), at 100k.
 - The DDPG rows take rl-zoo3's budgets (300k) and the final evaluation; their numerics are as
   real, but on 2 cores a DDPG row is ~1 h per job.
