@@ -52,6 +52,21 @@ def _smoke(script: Path, cwd: Path, *args: str) -> str:
     return run.stdout
 
 
+def test_the_committed_results_read_back_with_their_commit_date_and_host() -> None:
+    """Every line of benchmarks/results/*.jsonl is a JSON record with the commit, date and
+    host line it was measured on; a benchmark's own file holds its tables' rows as dicts (the
+    ledger of mixed_reward_error's jobs, reward_error.jsonl, holds a job's scores instead)."""
+    files = sorted((BENCHMARKS[0].parent / "results").glob("*.jsonl"))
+    assert files
+    for path in files:
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            assert {"commit", "date", "host"} <= set(record), (path.name, line[:200])
+            if path.stem != "reward_error":
+                assert record["benchmark"] == path.stem, (path.name, line[:200])
+                assert all(isinstance(row, dict) for t in record["tables"] for row in t["rows"])
+
+
 @pytest.mark.slow
 def test_a_benchmark_appends_its_record_to_the_results_it_is_given(tmp_path: Path) -> None:
     """A smoke run writes nothing into the committed benchmarks/results/ (the tests run
