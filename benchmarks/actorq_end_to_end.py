@@ -19,19 +19,10 @@ per env step and per pull (QuaRL A.1.7), averaged over actors.
 Everything is measured here; nothing is copied. The paper's learner ran on a V100 with 4
 one-core actors; here learner and actors share this host's CPU cores, so the learner's fp32
 updates of the 3x2048 network take a share of the wall time that int8 actors cannot shrink.
-Where int8 loses: on a quiet 2-core host the CPU learner is the bottleneck (the actors wait on
-it), and int8 actors gain ~1.1x end to end; int8's `load_state_dict` (repacking into quantized
-layers) costs 10-50x fp32's per pull; small policies (width 64-256) run slower in int8 than in
-fp32 (benchmarks/quantized_actors.py). The 1.5x+ end-to-end gains appear when the actors are
-the bottleneck, as in the paper (GPU learner), or here under CPU contention.
+Results: benchmarks/results/actorq_end_to_end.jsonl (history: benchmarks/results/README.md).
 
 A task whose fp32 run does not learn in its budget gets no speedup: where its first logged
-return is already 95 % of its last, the times to 95 % time nothing. Measured on 2 cores (load
-about 1.1, 2 actors, 20k steps, `--seed 0|1|2`): DQN-CartPole int8 1.14x, never, 1.19x; fp16
-never, 1.06x, 1.15x (never: its return stayed below 95 % of fp32's); D4PG on cartpole-balance
-did not learn (seed 0: return_mean_100 177 of 1000). On an AMX Xeon (2026-12-02, seed 0): int8
-1.21x, fp16 1.18x, the int8 actors stepping 1.9x faster than fp32's and the loop's env steps/s
-3 % higher (237 against 230); D4PG again did not learn (172).
+return is already 95 % of its last, the times to 95 % time nothing.
 """
 
 from __future__ import annotations
@@ -41,7 +32,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from common import host_line, load_average, metric_history, run_job, table
+from common import (host_line, load_average, metric_history, parse_args, run_job, table,
+                    write_results)
 
 warnings.filterwarnings("ignore")
 
@@ -126,7 +118,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true",
                         help="seconds: DQN, fp32 and int8 actors, 1 actor, width 64, 600 steps")
-    args = parser.parse_args()
+    args = parse_args(parser)
     if args.smoke:
         args.tasks, args.precisions, args.actors, args.pull_every = (
             ["dqn_cartpole"], ["fp32", "int8"], 1, 200)
@@ -141,3 +133,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()

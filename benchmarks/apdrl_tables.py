@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
-from common import build_job, job_config, table
+from common import build_job, job_config, parse_args, table, write_results
 from hydra.utils import instantiate
 
 from hetrl.algos.base import Learner
@@ -214,7 +214,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true",
                         help="seconds: the smallest network, workloads and batch of each table")
-    args = parser.parse_args()
+    args = parse_args(parser)
     versal = Versal()
     workloads = table_iii()
     lunar = next(w for w in workloads if w.name == "DDPG-LunarCont")
@@ -226,3 +226,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()

@@ -1,6 +1,7 @@
 """What the benchmarks share: the host they ran on, a job composed, built or run as
 `python -m hetrl` would (in-process, or as a `-m` sweep tracked to MLflow), timing through
-`torch.utils.benchmark.Timer`, and the markdown tables and ratios they print.
+`torch.utils.benchmark.Timer`, the markdown tables and ratios they print, and the record of
+each run they append to `benchmarks/results/<benchmark>.jsonl` (or `--results FILE`).
 
 A benchmark run as `python benchmarks/<name>.py` imports it as `common` (its own folder is
 first on `sys.path`); importing it puts the repository root there too.
@@ -8,6 +9,9 @@ first on `sys.path`); importing it puts the repository root there too.
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import json
 import os
 import platform
 import subprocess
@@ -27,6 +31,7 @@ from omegaconf import DictConfig
 from hetrl.config.store import register
 from hetrl.options import compose_job
 from hetrl.platform.host import cpu_name
+from hetrl.tracking.metadata import git_state
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -36,6 +41,9 @@ if TYPE_CHECKING:
 
 Contender = tuple[Callable[[], object], int]
 """A callable to time and the torch intra-op threads to time it at."""
+RESULTS = ROOT / "benchmarks" / "results"
+_RUN: dict[str, Any] = {"tables": []}
+"""This run's record: its args, code state and results file (`parse_args`), its tables."""
 
 
 # ---- the host ----------------------------------------------------------------------------
@@ -53,6 +61,13 @@ def host_line(*modules: str) -> str:
     versions = [f"{m} {importlib.import_module(m).__version__}" for m in ("torch", *modules)]
     return (f"host: {platform.machine()} {cpu_name()}, {load_average()}; "
             f"python {platform.python_version()}, {', '.join(versions)}")
+
+
+def code_state(ignore: Path | None = None) -> dict[str, str | bool]:
+    """The commit (short) and dirty flag of this checkout; changes to `ignore` (a results
+    file the run appends to) leave it clean."""
+    code = git_state(ROOT, ignore=ignore)
+    return {"commit": code.get("commit", "unknown")[:7], "dirty": code.get("dirty") == "true"}
 
 
 def core_check(min_run_time: float = 0.2) -> str:
@@ -254,6 +269,48 @@ def median_seconds(contenders: dict[str, Contender], repeats: int,
     return {m.label: m.median for m in Measurement.merge(rounds)}
 
 
+# ---- results -----------------------------------------------------------------------------
+
+
+def parse_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The benchmark's args, with `--results FILE`: where `write_results` appends this run's
+    record (by default benchmarks/results/<benchmark>.jsonl; a --smoke run only to a FILE
+    given). The code state is taken now: the code the run measures, not the code as it ends."""
+    parser.add_argument("--results", type=Path, metavar="FILE",
+                        help="append this run's tables here as a JSON line (default "
+                             "benchmarks/results/<benchmark>.jsonl; --smoke: nowhere)")
+    args = parser.parse_args()
+    path = args.results or (None if getattr(args, "smoke", False)
+                            else RESULTS / f"{Path(sys.argv[0]).stem}.jsonl")
+    _RUN.update(path=path, args={k: v for k, v in vars(args).items() if k != "results"},
+                code=code_state(ignore=path))
+    return args
+
+
+def append_line(path: Path, record: dict[str, Any]) -> None:
+    """`record` as one JSON line at the end of `path` (made with its folder if need be)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(record, default=str) + "\n")
+
+
+def write_results() -> None:
+    """This run's record, appended to its results file (see `parse_args`): the benchmark, the
+    commit and dirty flag, the date, the host line, its args and its tables, each table's rows
+    as dicts by column."""
+    if _RUN.get("path") is None or not _RUN["tables"]:
+        return
+    append_line(_RUN["path"], {
+        "benchmark": Path(sys.argv[0]).stem, **_RUN["code"],
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": host_line(), "args": _RUN["args"], "tables": _RUN["tables"]})
+    print(f"\nresults appended to {_RUN['path']}")
+
+
+def _cell(x: object) -> object:
+    return x if x is None or isinstance(x, (bool, int, float, str)) else str(x)
+
+
 # ---- report ------------------------------------------------------------------------------
 
 
@@ -278,7 +335,11 @@ def verdict(ok: bool) -> str:
 def table(header: Sequence[str], rows: Iterable[Sequence[object]],
           title: str | None = None, align: str = "") -> None:
     """A markdown table (cells as given, `str` of anything else), under `title` if any;
-    `align` has an `r` for each column to right-align (e.g. "lrr")."""
+    `align` has an `r` for each column to right-align (e.g. "lrr"). The table goes into this
+    run's record too (`write_results`)."""
+    rows = [list(row) for row in rows]
+    _RUN["tables"].append({"title": title, "rows": [dict(zip(header, map(_cell, row)))
+                                                     for row in rows]})
     if title:
         print(f"\n{title}\n")
     print(f"| {' | '.join(header)} |")

@@ -17,23 +17,20 @@ is measured here (JAX is not installed in this project's environment)."""
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
 import torch
-from common import ROOT, build_job, host_line, table
+from common import build_job, host_line, parse_args, table, write_results
 
 from hetrl.algos.base import Learner
 from hetrl.build import Components
 from hetrl.compiled.choose import compiler, job_batch, last_compile, time_updates
 from hetrl.compiled.step import GraphStep, unsupported
 from hetrl.compiled.toolchain import cache_dir
-from hetrl.tracking.metadata import git_state
 
 WORKLOADS = {
     "PEARL DQN-CartPole 4-64-2, batch 32": ("algo=dqn", "algo.hidden=[64]",
@@ -57,7 +54,6 @@ WORKLOADS = {
 }
 SMOKE = {"DQN-CartPole 4-16-2, batch 16": ("algo=dqn", "algo.hidden=[16]",
                                            "algo.batch_size=16")}
-RESULTS = ROOT / "benchmarks" / "results" / "compiled_update.jsonl"
 
 
 def measure(overrides: tuple[str, ...], repeats: int) -> dict:
@@ -125,7 +121,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--only", nargs="*", default=None, help="workloads whose name has these")
     parser.add_argument("--compile-only", nargs="*", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse_args(parser)
     torch.set_num_threads(1)
     if args.compile_only is not None:
         return compile_only(args.compile_only)
@@ -138,19 +134,8 @@ def main() -> None:
     table(["workload", "eager µs", "compiled µs", "speedup", "first compile s", "cached start s",
            "note"], [row(name, m) for name, m in results.items()],
           title="One update, eager vs compiled (median, 1 thread)", align="lrrrrrl")
-    if not args.smoke:
-        _append(results)
-
-
-def _append(results: dict[str, dict]) -> None:
-    """The table as JSON lines in benchmarks/results/, with commit, date and host line."""
-    stamp = {"commit": git_state(ROOT).get("commit"), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-             "host": host_line()}
-    with Path(RESULTS).open("a") as out:
-        for name, m in results.items():
-            out.write(json.dumps({"workload": name, **m, **stamp}) + "\n")
-    print(f"\nappended to {RESULTS.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
     main()
+    write_results()

@@ -38,7 +38,7 @@ import time
 import warnings
 from pathlib import Path
 
-from common import host_line, job_config, num, run_job, table, verdict
+from common import host_line, job_config, num, parse_args, run_job, table, verdict, write_results
 
 warnings.filterwarnings("ignore")
 
@@ -86,7 +86,7 @@ def main() -> None:
                         help="the MLflow store and job folders (default runs/go_ladder)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("overrides", nargs="*", help="more overrides of the job (key=value)")
-    args = parser.parse_args()
+    args = parse_args(parser)
     if args.smoke:
         args.minutes, args.games, args.ladder_games = 0.15, 4, 2
         args.simulations = [10, 50]
@@ -143,3 +143,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()

@@ -28,7 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
-from common import host_line, table
+from common import host_line, parse_args, table, write_results
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
@@ -120,7 +120,7 @@ def main() -> None:
     parser.add_argument("--per-store", type=int, default=200,
                         help="starts on one store before the next starts a new one")
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"which of {', '.join(KINDS)}")
-    args = parser.parse_args()
+    args = parse_args(parser)
     kinds = args.kinds.split(",")
     if unknown := set(kinds) - set(KINDS):
         parser.error(f"--kinds {args.kinds}: no kind {', '.join(sorted(unknown))}; "
@@ -149,3 +149,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()

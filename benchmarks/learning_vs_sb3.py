@@ -22,10 +22,7 @@ higher than an SB3 run (rliable's probability of improvement; 0.5: no difference
 interval. rl-zoo3 publishes 500.0 +- 0.0 for this config (one trained agent, benchmark.md);
 DQN-CartPole does not stay converged (rl-baselines3-zoo#472), so final evaluations spread.
 
-Measured with 20 seeds on 2 cores: no difference resolved. P(hetrl > SB3) is 0.43 [0.27, 0.59]
-on the final evaluation (means 332.9 and 393.4) and 0.40 [0.22, 0.59] on the AUC (247.6 and
-257.9); every run of both reaches 500 at some evaluation; the training returns at 50k are 219.2
-and 223.4.
+Results: benchmarks/results/learning_vs_sb3.jsonl (history: benchmarks/results/README.md).
 """
 
 from __future__ import annotations
@@ -39,8 +36,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 from rliable import metrics
-from common import (host_line, job_config, metric_history, run_job, sb3_model,
-                    sb3_return_mean_100, subnormals, table)
+from common import (host_line, job_config, metric_history, parse_args, run_job, sb3_model,
+                    sb3_return_mean_100, subnormals, table, write_results)
 
 from hetrl.evaluation import EVAL_SEED_OFFSET
 from hetrl.tracking.seeds import bootstrap
@@ -165,7 +162,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=10, help="episodes per evaluation")
     parser.add_argument("--workers", type=int, default=2, help="jobs at a time")
     parser.add_argument("--smoke", action="store_true", help="2 seeds, 3000 steps")
-    args = parser.parse_args()
+    args = parse_args(parser)
     if args.smoke:
         args.seeds, args.steps, args.every, args.episodes = 2, 3000, 1500, 2
     print(host_line())
@@ -181,3 +178,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()

@@ -44,7 +44,7 @@ import time
 
 import numpy as np
 import torch
-from common import build_job, host_line, load_average, pct, table
+from common import build_job, host_line, load_average, parse_args, pct, table, write_results
 
 from hetrl.build import Components
 from hetrl.scheduler.context import Training
@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="env steps end to end")
     parser.add_argument("--smoke", action="store_true",
                         help="seconds: PP, 3 agents, uniform and locality 16x64, tiny budgets")
-    args = parser.parse_args()
+    args = parse_args(parser)
     samplers = list(END_TO_END) if args.smoke else list(SAMPLERS)
     if args.smoke:
         args.envs, args.agents, args.fill, args.rounds, args.steps = (
@@ -235,3 +235,4 @@ def print_tables(rows: list[dict]) -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()

@@ -32,7 +32,7 @@ from contextlib import nullcontext
 
 import numpy as np
 import torch
-from common import host_line, table
+from common import host_line, parse_args, table, write_results
 
 from hetrl.algos.alphazero import PolicyValueNet, evaluator, make_learner
 from hetrl.algos.mcts import Node, Search, SearchConfig, SearchStats, run_searches
@@ -164,7 +164,7 @@ def training_rate(ranks: int, threads: int, game: GoGame, width: int, blocks: in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, seconds")
-    args = parser.parse_args()
+    args = parse_args(parser)
     smoke = args.smoke
     print(host_line("numpy"))
     rng = np.random.default_rng(0)
@@ -227,3 +227,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()

@@ -23,8 +23,7 @@ deterministically (`eval.every`, `eval.episodes`: greedy/mean actions on eval en
 of their own, the same episodes for both), and the error is taken on an evaluation (which
 one, per workload, under Budgets below), not on the training return: `return_mean_100` mixes
 in exploration and the last 100 episodes of a policy that is still moving, and was the noise
-that made the old figures unresolvable (DQN-CartPole: 18.7 % per seed, 8.4 % of the means, a
-noise floor of 25.8 %).
+that made the old figures unresolvable (benchmarks/results/README.md).
 
 A store lives on one machine. `--ledger FILE` also appends each finished job (its scores, the
 commit, date and host) to a JSON-lines file, and takes the jobs already in it as done:
@@ -32,7 +31,9 @@ committed, it carries a row of many hours to the next sitting on another machine
 trains only the jobs it lacks (a job stopped halfway starts again there). The workloads'
 jobs share one queue, every fp32 job first, so a sitting that ends early has the noise
 floor's jobs and no worker waits for another workload's last job; a mixed job whose fp32 twin
-is in the ledger and not in its store trains no twin (`reference=find`).
+is in the ledger and not in its store trains no twin (`reference=find`). The committed ledger
+is benchmarks/results/reward_error.jsonl; the table each run prints is appended to
+benchmarks/results/mixed_reward_error.jsonl.
 
 The table gives, per workload, the error of the seed means with its 95 % stratified-bootstrap
 interval and the fp32 noise floor (the upper end of the interval of fp32 against itself), both
@@ -56,14 +57,12 @@ the numerics: fp32 seeds split so too), the mean of 5 seeds moves by ~40 with ea
 whether mixed precision solves as many seeds as fp32 is the comparison that stands.
 
 Budgets and the return scored, where the fp32 runs have converged and stay converged:
-- A2C-InvertedPendulum: 200k steps (rl-zoo3's); with 16 envs its evaluations reach 1000 from
-  60k on; the final evaluation counts.
-- DQN-CartPole: no budget stays converged. Measured over 5 seeds with rl-zoo3's
-  hyperparameters, the fp32 runs reach 500 somewhere between 30k and 60k steps and fall back
-  (final evaluations at 100k: 45, 255, 99, 175, 81), as rl-baselines3-zoo#472 reports; double
-  DQN does not change it (180, 113 on seeds 0 and 2), nor do CleanRL's hyperparameters, with
-  which SB3's DQN collapses like hetrl's (to 9.6 by 75k, seed 0). So the row scores the policy
-  a user keeps: the learner at its best evaluation (every 10k, 20 episodes), scored at the end
+- A2C-InvertedPendulum: 200k steps (rl-zoo3's), where its evaluations have long converged
+  with 16 envs (benchmarks/results/README.md); the final evaluation counts.
+- DQN-CartPole: no budget stays converged: the fp32 runs reach 500 and fall back, as
+  rl-baselines3-zoo#472 reports, with double DQN too and with CleanRL's hyperparameters, under
+  which SB3's DQN collapses like hetrl's (the runs: benchmarks/results/README.md). So the row
+  scores the policy a user keeps: the learner at its best evaluation (every 10k, 20 episodes), scored at the end
   on 20 episodes no evaluation played (`eval/best_return_mean`, SB3's best model), at 100k.
 - The DDPG rows take rl-zoo3's budgets (300k) and the final evaluation; their numerics are as
   real, but on 2 cores a DDPG row is ~1 h per job.
@@ -88,11 +87,11 @@ from typing import NamedTuple
 import gymnasium as gym
 import numpy as np
 import torch
-from common import build_job, host_line, job_config, run_or_resume, table, verdict
+from common import (append_line, build_job, code_state, host_line, job_config, parse_args,
+                    run_or_resume, table, verdict, write_results)
 
 from hetrl.faults import Stopped, exit_on_stop
 from hetrl.precision.mixed import layer_forward_dtypes
-from hetrl.tracking.metadata import git_state
 from hetrl.tracking.seeds import change_of_means, error_of_means, intervals
 
 FINAL, KEPT = "eval/return_mean", "eval/best_return_mean"
@@ -171,9 +170,7 @@ class Ledger:
                         if path.is_file() else [])
         # the code the jobs run: this checkout as the benchmark starts, not as a job ends
         # (the ledger's own new lines do not make it dirty)
-        code = git_state(Path(__file__).resolve().parents[1], ignore=path)
-        self.commit = (code["commit"][:7] + "-dirty" * (code["dirty"] == "true")
-                       if code else "unknown")
+        self.code = code_state(ignore=path)
 
     def find(self, workload: str, job: list[str], label: str) -> dict | None:
         return next((e for e in self.entries
@@ -182,11 +179,9 @@ class Ledger:
 
     def add(self, workload: str, job: list[str], label: str, metrics: dict) -> dict:
         entry = {"workload": workload, "job": job, "precision": label,
-                 "scores": job_scores(metrics), "commit": self.commit,
+                 "scores": job_scores(metrics), **self.code,
                  "date": datetime.date.today().isoformat(), "host": host_line()}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.write(json.dumps(entry) + "\n")
+        append_line(self.path, entry)
         self.entries.append(entry)
         return entry
 
@@ -308,7 +303,7 @@ def main() -> None:
     parser.add_argument("--store", type=Path,
                         help="keep the jobs here (MLflow store, checkpoints): run again with it "
                              "to read back the finished jobs and resume the stopped ones")
-    args = parser.parse_args()
+    args = parse_args(parser)
     if args.workers < 1:
         parser.error(f"--workers {args.workers}: give 1 or more (seeds trained at a time)")
     if not args.smoke and args.seeds < MIN_SEEDS:
@@ -374,3 +369,4 @@ def main() -> None:
 
 if __name__ == "__main__":  # stopped (its job checkpointed), this command again goes on
     exit_on_stop(main, go_on=shlex.join(["python", *sys.argv]))
+    write_results()

@@ -27,7 +27,7 @@ import argparse
 import time
 
 import numpy as np
-from common import table
+from common import parse_args, table, write_results
 
 from hetrl.partition.heft import HeftPartitioner
 from hetrl.partition.ilp import IlpPartitioner
@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--disjunctive", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="15 and 30 nodes, 2 s limit")
-    args = parser.parse_args()
+    args = parse_args(parser)
     if args.smoke:
         args.sizes, args.time_limit = [15, 30], 2.0
     ilp = IlpPartitioner(time_limit_s=args.time_limit, disjunctive=args.disjunctive)
@@ -65,3 +65,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()

@@ -38,8 +38,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-from common import (host_line, job_config, num, ratio, run_job, sb3_model,
-                    sb3_return_mean_100, subnormals, table, unlogged)
+from common import (host_line, job_config, num, parse_args, ratio, run_job, sb3_model,
+                    sb3_return_mean_100, subnormals, table, unlogged, write_results)
 from plain_torch import plain_ddpg, plain_dqn
 
 from hetrl.algos.base import Batch
@@ -222,7 +222,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds of --time-to")
     parser.add_argument("--recipe", choices=sorted(TIME_TO), default="cleanrl",
                         help="the DQN-CartPole config of --time-to")
-    args = parser.parse_args()
+    args = parse_args(parser)
     if args.time_to is not None:
         print(host_line())
         time_to(args.recipe, args.time_to, args.seeds, args.smoke)
@@ -263,3 +263,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()

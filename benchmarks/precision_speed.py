@@ -19,42 +19,9 @@ taking turns update by update, the median. Measured here, nothing modeled:
   cost of emulating the board's numerics here (`eps_host`), not the board's speed.
 
 Goals (issue 15): on a CPU with bf16 instructions, DDPG mixed >= 1.5x fp32 per update; mixed
-never more than 5 % slower than fp32 otherwise. Measured on this project's 2-core hosts, two
-runs each, speedups vs fp32 (bf16 is plain autocast where the CPU has its instructions):
-
-| | bf16 | fp16 rounded | fp16 plain autocast | mixed, host | mixed, Versal |
-|---|---:|---:|---:|---:|---:|
-| AVX-512 with bf16 instructions, none for fp16 (*) | | | | | |
-| DDPG (fp32 10.7-11.0 ms) | 1.44-1.47x | 0.76x | 0.11x | 1.34-1.35x | 1.16-1.17x |
-| DQN (fp32 1.2-1.3 ms) | 0.86x | 0.53-0.55x | 0.18-0.19x | 0.96-0.97x | 0.73x |
-| AVX-512 with AMX-BF16 and AVX512-FP16 (Intel Xeon, family 6 model 207), three runs | | | | | |
-| DDPG (fp32 9.6-14.1 ms) | 1.19-1.31x | 0.81-0.86x | 0.84-0.89x | 1.15-1.27x | 0.91-1.02x |
-| DQN (fp32 2.0-2.3 ms) | 0.76-0.84x | 0.65x | 0.70x | 0.99-1.10x | 0.65-0.67x |
-| the same instructions (Intel Xeon, family 6 model 167 as its VM reports it), one run | | | | | |
-| DDPG (fp32 9.15 ms) | 1.34x | 0.87x | 0.91x | 1.30x | 1.07x |
-| DQN (fp32 1.53 ms) | 0.77x | 0.66x | 0.72x | 1.02x | 0.68x |
-| AVX2 (AMD EPYC), no 16-bit instructions | | | | | |
-| DDPG (fp32 12.0-14.8 ms) | rounded 0.73-0.75x | 0.68-0.71x | 0.09-0.11x | 0.96-0.98x | 0.74-0.75x |
-| DQN (fp32 1.8-2.4 ms) | rounded 0.61-0.62x | 0.55-0.57x | 0.15-0.18x | 1.03x | 0.73-0.77x |
-
-(*) measured with autocast's cast cache on, which served the DDPG critic's second forward of an
-update its pre-step weights (`hetrl.precision.native.compute_in`): the bf16 rows may be a few
-per cent slower now. On AVX-512, DDPG mixed misses 1.5x: even all-bf16 reaches 1.47x there (its
-matmuls 1.8x faster, the casts and the optimizer not at all), and the per-layer plan pays an
-autocast region per layer. On AVX2 the host plan keeps every layer in fp32 (fp32 is faster), so
-mixed computes what fp32 does, at fp32's speed within this host's noise (0.93-1.07x over five
-runs); plain autocast takes ~10x fp32's time in either dtype. Rounding is 7-10x faster than
-autocast's emulation but still 0.7x fp32: under a uniform policy every op of the update passes
-through the rounding mode's Python dispatch.
-
-On the AMX host mixed is the fastest of its per-layer plan, bf16 throughout and fp32, timed at
-build (the rows above name which it took): it follows bf16's 1.2-1.3x within the build's
-timing noise, and 1.5x is out of reach there for any bf16 path. A 400x300 layer's matmuls run
-2.5-3x faster in bf16, but the 4x400 and 300x1 layers slower, and matmuls are ~65 % of an fp32
-update (torch.profiler), so the update gains ~1.3x; oneDNN's own bf16 path for fp32 matmuls
-(`torch.set_float32_matmul_precision("medium")`, no casts in Python) measured 1.27-1.29x,
-autocast bf16 1.26-1.28x in the same runs. Timings on this shared host drift by +-30 % minutes
-apart: compare speedups, not milliseconds, across rows.
+never more than 5 % slower than fp32 otherwise. Timings on a shared host drift by +-30 %
+minutes apart: compare speedups, not milliseconds, across rows. Results:
+benchmarks/results/precision_speed.jsonl, their history in benchmarks/results/README.md.
 """
 
 from __future__ import annotations
@@ -64,7 +31,7 @@ import copy
 
 import gymnasium as gym
 import torch
-from common import build_job, host_line, ratio, table, verdict
+from common import build_job, host_line, parse_args, ratio, table, verdict, write_results
 
 from hetrl.platform.measure import compare_updates
 from hetrl.build import Components
@@ -122,7 +89,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--smoke", action="store_true", help="tiny networks, 3 repeats")
-    args = parser.parse_args()
+    args = parse_args(parser)
     print(host_line())
     native_bf16 = not emulates("cpu", torch.bfloat16)
     for workload, (overrides, native_goal) in WORKLOADS.items():
@@ -142,3 +109,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()

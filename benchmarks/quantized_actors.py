@@ -50,7 +50,8 @@ from pathlib import Path
 
 import gymnasium as gym
 import torch
-from common import build_job, host_line, load_average, median_seconds, run_job, table
+from common import (build_job, host_line, load_average, median_seconds, parse_args, run_job, table,
+                    write_results)
 from torch import nn
 
 from hetrl import checkpoint
@@ -213,7 +214,7 @@ def main() -> None:
     parser.add_argument("--widths", type=int, nargs="+", default=[64, 2048])
     parser.add_argument("--smoke", action="store_true",
                         help="seconds: width 64, DQN only, 300 steps, 1 seed and episode")
-    args = parser.parse_args()
+    args = parse_args(parser)
     args.repeats, args.min_run_time = (1, 0.01) if args.smoke else (3, 0.1) if args.quick \
         else (7, 0.3)
     args.quick_overrides = {"dqn": ["steps=3000"], "ppo": ["steps=4096"],
@@ -237,3 +238,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()

@@ -11,18 +11,16 @@ stopped job's `resume=` goes on to FINISHED. Any other outcome fails the benchma
     python benchmarks/signal_trials.py --trials 300 --seed 0   # the table of the closing note
     python benchmarks/signal_trials.py --smoke                 # the CI-sized sample (2 trials)
 
-The table (launcher x moment x pattern: trials, outcomes) is printed, and with --ledger each
-row is appended to benchmarks/results/signal_trials.jsonl with the commit, date and host.
+The table (launcher x moment x pattern: trials, outcomes) is printed and appended to
+benchmarks/results/signal_trials.jsonl with the commit, date and host (not a --smoke run's).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-from common import ROOT, load_average
+from common import ROOT, load_average, parse_args, table, write_results
 
 LAUNCHERS = {"basic": [], "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
              "submitit": ["hydra/launcher=submitit_local"]}
@@ -253,31 +251,18 @@ def sample(rng: random.Random, n: int) -> list[Trial]:
     return trials
 
 
-def table(results: dict[tuple, Counter]) -> str:
-    rows = ["| launcher | moment (job) | signals | trials | outcomes |", "|---|---|---|---:|---|"]
-    for key in sorted(results):
-        outcomes = results[key]
-        rows.append(f"| {' | '.join(key)} | {sum(outcomes.values())} | "
-                    + ", ".join(f"{name} {n}" for name, n in sorted(outcomes.items())) + " |")
+def report(results: dict[tuple, Counter]) -> None:
+    """The table (launcher x moment x pattern: trials, outcomes) and the total line."""
+    table(["launcher", "moment (job)", "signals", "trials", "outcomes"],
+          [(*key, sum(results[key].values()),
+            ", ".join(f"{name} {n}" for name, n in sorted(results[key].items())))
+           for key in sorted(results)], align="lllrl")
     total = Counter()
     for outcomes in results.values():
         total.update(outcomes)
     bad = sum(n for name, n in total.items() if not name.startswith("ok"))
-    rows.append(f"\n{sum(total.values())} trials: {bad} not ok "
-                f"({', '.join(f'{k} {v}' for k, v in sorted(total.items()))})")
-    return "\n".join(rows)
-
-
-def ledger(results: dict[tuple, Counter], path: Path) -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()
-    date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    with path.open("a") as out:
-        for (launcher, moment, pattern), outcomes in sorted(results.items()):
-            out.write(json.dumps({"commit": commit, "date": date, "host": socket.gethostname(),
-                                  "launcher": launcher, "moment": moment, "signals": pattern,
-                                  "trials": sum(outcomes.values()),
-                                  "outcomes": dict(outcomes)}) + "\n")
+    print(f"\n{sum(total.values())} trials: {bad} not ok "
+          f"({', '.join(f'{k} {v}' for k, v in sorted(total.items()))})")
 
 
 def main() -> int:
@@ -287,10 +272,8 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=None, help="stop drawing after this")
     parser.add_argument("--resume", type=float, default=0.0, metavar="FRACTION",
                         help="resume this fraction of the stopped jobs (1: every one)")
-    parser.add_argument("--ledger", action="store_true",
-                        help="append the table to benchmarks/results/signal_trials.jsonl")
     parser.add_argument("--smoke", action="store_true", help="the CI-sized sample")
-    args = parser.parse_args()
+    args = parse_args(parser)
     # the sweeps get Ctrl-C's default action, as from a terminal (a shell starts a background
     # job with SIGINT ignored, and an ignored signal stays ignored across exec)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -307,9 +290,8 @@ def main() -> int:
         results[trial.key][outcome] += 1
         print(f"{k + 1}. {trial.launcher} {trial.kind} {trial.moment} {trial.pattern}: {outcome}",
               flush=True)
-    print(table(results))
-    if args.ledger:
-        ledger(results, ROOT / "benchmarks" / "results" / "signal_trials.jsonl")
+    report(results)
+    write_results()
     bad = sum(n for outcomes in results.values() for name, n in outcomes.items()
               if not name.startswith("ok"))
     return 1 if bad else 0

@@ -36,7 +36,7 @@ import sys
 import tempfile
 
 import numpy as np
-from common import ROOT, host_line, median_seconds, table, verdict
+from common import ROOT, host_line, median_seconds, parse_args, table, verdict, write_results
 
 from hetrl.replay.samplers import PrioritizedSampler
 from hetrl.replay.sumtree import COMPILED, SumTree, compile_kernels
@@ -114,7 +114,7 @@ def main() -> None:
     parser.add_argument("--curve-capacity", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--min-run-time", type=float, default=0.3)
-    args = parser.parse_args()
+    args = parse_args(parser)
     if args.smoke:
         args.capacity, args.curve_capacity, args.repeats, args.min_run_time = 4096, 4096, 1, 0.01
     if not COMPILED:
@@ -174,3 +174,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from common import host_line, table
+from common import host_line, parse_args, table, write_results
 
 from hetrl.tracking import server as tracking_server
 
@@ -167,7 +167,7 @@ def main() -> None:
                         help=f"which of {', '.join(STORES)} (default: all)")
     parser.add_argument("--workers", type=int, default=None,
                         help="the servers' worker processes (default: the script's; --smoke: 1)")
-    args = parser.parse_args()
+    args = parse_args(parser)
     stores = args.stores.split(",")
     if unknown := set(stores) - set(STORES):
         parser.error(f"--stores {args.stores}: no store {', '.join(sorted(unknown))}; "
@@ -201,3 +201,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()

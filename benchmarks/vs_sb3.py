@@ -64,6 +64,7 @@ from common import (
     job_config,
     median_seconds,
     num,
+    parse_args,
     ratio,
     run_job,
     sb3_model,
@@ -71,6 +72,7 @@ from common import (
     sweep,
     table,
     verdict,
+    write_results,
 )
 from plain_torch import plain_ddpg, plain_dqn
 
@@ -344,7 +346,7 @@ def main() -> None:
     parser.add_argument("--only", choices=("dqn", "ddpg", "both"), default="both")
     parser.add_argument("--omp-passive", action="store_true",
                         help="set OMP_WAIT_POLICY=PASSIVE (idle OpenMP threads sleep)")
-    args = parser.parse_args()
+    args = parse_args(parser)
     name = "smoke" if args.smoke else "quick" if args.quick else "full"
     mode = MODES[name]
     torch.set_num_threads(1)
@@ -371,3 +373,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    write_results()

@@ -6,6 +6,7 @@ it lands (helper modules such as `common.py` have none)."""
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import signal
@@ -26,7 +27,7 @@ EXTRAS = {name: "stable_baselines3" for name in ("vs_sb3.py", "pearl_eps.py", "l
 # a benchmark's other modes, smoked as well
 MODES = {"pearl_eps.py": [["--ab", "1"], ["--time-to", "20", "--seeds", "1"]]}
 # benchmarks whose smoke a test of their own runs and checks further (below)
-OWN_TEST = {"mixed_reward_error.py"}
+OWN_TEST = {"mixed_reward_error.py", "apdrl_tables.py"}
 RUNS = [(path, args) for path in BENCHMARKS if path.name not in OWN_TEST
         for args in [[], *MODES.get(path.name, [])]]
 TABLE = re.compile(r"^\|(---:?\|)+$", re.MULTILINE)
@@ -49,6 +50,42 @@ def _smoke(script: Path, cwd: Path, *args: str) -> str:
                          env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
     assert run.returncode == 0, run.stderr[-3000:]
     return run.stdout
+
+
+def test_the_committed_results_read_back_with_their_commit_date_and_host() -> None:
+    """Every line of benchmarks/results/*.jsonl is a JSON record with the commit, date and
+    host line it was measured on; a benchmark's own file holds its tables' rows as dicts (the
+    ledger of mixed_reward_error's jobs, reward_error.jsonl, holds a job's scores instead)."""
+    files = sorted((BENCHMARKS[0].parent / "results").glob("*.jsonl"))
+    assert files
+    for path in files:
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            assert {"commit", "date", "host"} <= set(record), (path.name, line[:200])
+            if path.stem != "reward_error":
+                assert record["benchmark"] == path.stem, (path.name, line[:200])
+                assert all(isinstance(row, dict) for t in record["tables"] for row in t["rows"])
+
+
+@pytest.mark.slow
+def test_a_benchmark_appends_its_record_to_the_results_it_is_given(tmp_path: Path) -> None:
+    """A smoke run writes nothing into the committed benchmarks/results/ (the tests run
+    them); given `--results FILE` it appends one record there that reads back with the commit,
+    dirty flag, date, host line, its args and its tables' rows as dicts by column."""
+    script = next(path for path in BENCHMARKS if path.name == "apdrl_tables.py")
+    committed = script.parent / "results"
+    before = {path: path.stat().st_size for path in committed.iterdir()}
+    out = _smoke(script, tmp_path)
+    assert {path: path.stat().st_size for path in committed.iterdir()} == before
+    assert TABLE.search(out) and "results appended" not in out, out[-3000:]
+    _smoke(script, tmp_path, "--results", "out/apdrl.jsonl")
+    [line] = (tmp_path / "out" / "apdrl.jsonl").read_text().splitlines()
+    record = json.loads(line)
+    assert record["benchmark"] == "apdrl_tables" and len(record["commit"]) == 7
+    assert isinstance(record["dirty"], bool) and record["date"][:2] == "20"
+    assert record["host"].startswith("host: ") and record["args"] == {"smoke": True}
+    rows = record["tables"][0]["rows"]
+    assert rows and set(rows[0]) >= {"hidden", "FP32 step ms (modeled)"}, record["tables"]
 
 
 @pytest.mark.slow
