@@ -117,7 +117,7 @@ def test_process_actors_stop_on_sigterm(tmp_path):
     with log.open("w") as output:
         job = subprocess.Popen(
             [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}",
-             f"scheduler={scheduler}", "actors.n=1", "actors.pull_every=50", "steps=10000000",
+             "scheduler=actorq", "actors.n=1", "actors.pull_every=50", "steps=10000000",
              "algo.learning_starts=100", "algo.hidden=[16]", "log_every=100",
              "platform.measure_layers=false"],
             cwd=tmp_path, stdout=output, stderr=output,
