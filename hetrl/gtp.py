@@ -18,7 +18,8 @@ import sys
 import time
 from typing import Callable, TextIO
 
-from hetrl.envs.go import BLACK, NO_CAP, RESIGN, GoGame, GoPosition, area_owner
+from hetrl.envs.go import BLACK, NO_CAP, RESIGN, GoGame, GoPosition
+from hetrl.envs.go_groups import area_owner
 from hetrl.go_agent import GoAgent
 
 VERSION = "0.1.0"

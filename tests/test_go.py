@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hetrl.envs.go import BLACK, WHITE, GoGame, GoPosition, GoVectorEnv, liberty_counts
+from hetrl.envs.go import BLACK, WHITE, GoGame, GoPosition, GoVectorEnv
+from hetrl.envs.go_groups import liberty_counts
 
 
 @pytest.fixture

@@ -68,7 +68,8 @@ from hetrl.algos.alphazero import (
 from hetrl.algos.mcts import SearchConfig, SearchStats, eval_config
 from hetrl.algos.pure_mcts import PureMcts
 from hetrl.config.enums import Agents
-from hetrl.envs.go import GoGame, area_owner
+from hetrl.envs.go import GoGame
+from hetrl.envs.go_groups import area_owner
 from hetrl.replay.window import Generation, GenerationWindow
 from hetrl.scheduler.base import LoopNeeds
 from hetrl.scheduler.context import Training, loop_metrics, report_placement
