@@ -34,7 +34,8 @@ import numpy as np
 import torch
 from common import host_line, parse_args, table, write_results
 
-from hetrl.algos.alphazero import PolicyValueNet, evaluator, make_learner
+from hetrl.algos.alphazero import PolicyValueNet, make_learner
+from hetrl.algos.go_games import evaluator
 from hetrl.algos.mcts import Node, Search, SearchConfig, SearchStats, run_searches
 from hetrl.envs.go import GoGame
 from hetrl.platform.minigo_cluster import (

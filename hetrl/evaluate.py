@@ -86,7 +86,7 @@ def record_video(agent: Agent, path: Path, seed: int) -> tuple[Path, float]:
 
 def go_game_files(agent: Agent, folder: Path, seed: int) -> list[Path]:
     """The first game of the evaluation as an SGF and its final board as a PNG."""
-    from hetrl.algos.alphazero import result, to_sgf
+    from hetrl.algos.go_games import result, to_sgf
     from hetrl.envs.go_groups import area_owner
     from hetrl.tracking.plots import go_board
 

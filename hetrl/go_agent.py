@@ -9,7 +9,8 @@ import numpy as np
 from omegaconf import DictConfig
 
 from hetrl.agent import Agent, rngs_kept
-from hetrl.algos.alphazero import AlphaZero, GameRecord, evaluator
+from hetrl.algos.alphazero import AlphaZero
+from hetrl.algos.go_games import GameRecord, evaluator
 from hetrl.algos.mcts import (Node, Search, choose_move, eval_config, run_searches,
                               search_position)
 from hetrl.config.errors import require

@@ -139,7 +139,7 @@ def test_env_plays_a_game_against_random():
 
 
 def test_sgf_of_a_game(game):
-    from hetrl.algos.alphazero import GameRecord, to_sgf
+    from hetrl.algos.go_games import GameRecord, to_sgf
 
     moves = [game.action(c) for c in ["a1", "e5", "c3"]] + [game.pass_action] * 2
     pos = game.position_from(moves)

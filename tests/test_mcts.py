@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from hetrl.algos.alphazero import PolicyValueNet, evaluator, match, play_games
+from hetrl.algos.alphazero import PolicyValueNet
+from hetrl.algos.go_games import evaluator, match, play_games
 from hetrl.algos.mcts import (
     Node,
     Search,

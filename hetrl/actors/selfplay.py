@@ -17,7 +17,8 @@ import torch
 from hetrl.actors.base import Actors
 from hetrl.actors.ray import RayActors, init_ray, ray_node
 from hetrl.actors.workers import POLL_S, check_alive, hung, stop_workers
-from hetrl.algos.alphazero import AlphaZero, GameRecord, PolicyValueNet, evaluator, iter_games
+from hetrl.algos.alphazero import AlphaZero, PolicyValueNet
+from hetrl.algos.go_games import GameRecord, evaluator, iter_games
 from hetrl.algos.mcts import SearchConfig, SearchStats
 from hetrl.envs.go import GoGame
 from hetrl.runtime import configure_torch

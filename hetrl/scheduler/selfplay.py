@@ -55,16 +55,8 @@ import numpy as np
 import torch
 
 from hetrl.actors.selfplay import SelfPlayPool, plain_state_dict, selfplay_pool
-from hetrl.algos.alphazero import (
-    AlphaZero,
-    GameRecord,
-    PolicyValueNet,
-    evaluator,
-    match,
-    play_games,
-    result,
-    to_sgf,
-)
+from hetrl.algos.alphazero import AlphaZero, PolicyValueNet
+from hetrl.algos.go_games import GameRecord, evaluator, match, play_games, result, to_sgf
 from hetrl.algos.mcts import SearchConfig, SearchStats, eval_config
 from hetrl.algos.pure_mcts import PureMcts
 from hetrl.config.enums import Agents
