@@ -141,7 +141,7 @@ def test_the_window_keeps_the_last_generations_in_the_checkpointed_list():
 
 def test_the_update_step_samples_a_ranks_share_of_the_batch():
     seen = []
-    learner = SimpleNamespace(device=torch.device("cpu"), batch_size=8,
+    learner = SimpleNamespace(device=torch.device("cpu"), batch_size=8, updates=0,
                               update=lambda batch: seen.append(len(batch.zs)) or {})
     window = GenerationWindow(1, np.random.default_rng(0), [_generation(0, 20)])
     for ranks in (1, 2, 3):
