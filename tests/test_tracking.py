@@ -12,6 +12,7 @@ import torch
 import yaml
 from helpers import hetrl_cli, mlflow_runs, run_job, tracking_uri
 
+from hetrl.scheduler.sync import SyncScheduler
 from hetrl.tracking.metadata import git_state
 from hetrl.tracking.mlflow import VIEW_ID, VIEW_NAME, VIEW_TAG, client_for, view_route
 
@@ -41,13 +42,18 @@ def test_a_finished_job_logs_tags_params_metrics_and_artifacts(tmp_path, client)
     assert {"config.yaml", "learning_curve.png", "checkpoint.pt"} <= artifacts
 
 
-def test_a_failing_job_ends_failed_with_its_traceback(tmp_path, client):
-    with pytest.raises(Exception, match="NoSuchEnv"):
-        run_job(tmp_path, *QUICK, "env.id=NoSuchEnv-v0")
+def test_a_failing_job_ends_failed_with_its_traceback(tmp_path, client, monkeypatch):
+    """A job that fails while training (a bad env id is refused before any run: issue 40)."""
+    def broken_loop(*args, **kwargs):
+        raise RuntimeError("the loop broke")
+
+    monkeypatch.setattr(SyncScheduler, "run", broken_loop)
+    with pytest.raises(RuntimeError, match="the loop broke"):
+        run_job(tmp_path, *QUICK)
     (run,) = mlflow_runs(tmp_path)
     assert run.info.status == "FAILED"
     error = client.download_artifacts(run.info.run_id, "error.txt", str(tmp_path))
-    assert "NoSuchEnv" in open(error).read()
+    assert "the loop broke" in open(error).read()
 
 
 @pytest.mark.parametrize("bad", [
