@@ -124,6 +124,11 @@ def test_the_mlflow_model_returns_actions_and_is_served(job):
     assert np.array_equal(model.predict(obs), expected)
     assert model.metadata.metadata["actors_precision"] == "fp32"
     assert model.metadata.signature.inputs.to_dict()[0]["tensor-spec"]["shape"] == (-1, 4)
+    # its requirements: hetrl's own, pinned as the job ran (torch without its +cpu label)
+    requirements = Path(mlflow.pyfunc.get_model_dependencies(uri)).read_text().split()
+    assert {f"mlflow=={mlflow.__version__}", f"numpy=={np.__version__}",
+            f"torch=={torch.__version__.split('+')[0]}"} <= set(requirements)
+    assert any(r.startswith("gymnasium") and "==" in r for r in requirements)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -3,7 +3,10 @@
     mlflow.pyfunc.load_model("runs:/<run id>/policy").predict(observations)   # -> actions
     mlflow models serve -m runs:/<run id>/policy --env-manager local
 
-It runs where hetrl is installed (its requirements list MLflow only). The model's one artifact
+Its `requirements.txt` pins hetrl's own runtime requirements (torch, numpy, gymnasium, ...) to
+the versions the job ran with, so loading it elsewhere warns of a mismatch; hetrl itself is
+not on a package index, so the model runs where hetrl is installed (`--env-manager local`),
+its requirements installed by `pip install -r`. The model's one artifact
 is the job's `policy.pt`; its `model_config` says which weights (`weights`: the final ones, or
 the kept best ones) and which precision (`precision`: fp32 or the actors', as they acted) the
 policy runs in; its metadata names the job and the actors' precision.
@@ -11,11 +14,13 @@ policy runs in; its metadata names the job and the actors' precision.
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import os
 import tempfile
 import warnings
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -25,6 +30,8 @@ import mlflow.pyfunc  # noqa: E402
 import numpy as np  # noqa: E402
 from mlflow.models.signature import ModelSignature  # noqa: E402
 from mlflow.types.schema import Schema, TensorSpec  # noqa: E402
+from packaging.requirements import Requirement  # noqa: E402
+from packaging.version import Version  # noqa: E402
 
 from hetrl.tracking.base import Tracker  # noqa: E402
 
@@ -64,6 +71,26 @@ def _quiet() -> Iterator[None]:
         logger.setLevel(level)
 
 
+@cache
+def requirements(distribution: str = "hetrl") -> tuple[str, ...]:
+    """`distribution`'s runtime requirements (not its extras'), each pinned to its installed
+    version without a local label (torch 2.13.0+cpu: torch==2.13.0, as MLflow pins); none
+    where it is not installed (run from a source tree)."""
+    try:
+        declared = importlib.metadata.requires(distribution) or []
+    except importlib.metadata.PackageNotFoundError:
+        return ()
+    pinned = []
+    for text in declared:
+        req = Requirement(text)
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        version = Version(importlib.metadata.version(req.name)).public
+        pinned.append(f"{req.name}{extras}=={version}")
+    return tuple(pinned)
+
+
 def signature(obs_space: Any, act_space: Any) -> ModelSignature:
     """A batch of observations in, a batch of actions out (shapes and dtypes of the spaces)."""
     act_shape = tuple(act_space.shape or ())
@@ -85,9 +112,8 @@ def log_policy_model(tracker: Tracker, policy_file: Path, obs_space: Any, act_sp
             signature=signature(obs_space, act_space),
             model_config={"weights": weights, "precision": precision},
             metadata={**metadata, "precision": precision},
-            # none: the model runs where hetrl is installed (`--env-manager local`), and any
-            # listed package makes MLflow map every installed distribution (1-3 s a job)
-            pip_requirements=[])
+            # named, not inferred: MLflow's inference loads the model in a subprocess
+            pip_requirements=list(requirements()))
         for file in sorted(p for p in path.rglob("*") if p.is_file()):
             parent = file.parent.relative_to(path.parent).as_posix()
             tracker.log_artifact(file, parent)
