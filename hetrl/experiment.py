@@ -23,7 +23,7 @@ from hetrl.evaluation import Evaluator, ptq_reward_error
 from hetrl.faults import Fault, Stopped, StopRequest, StoreLost
 from hetrl.options import GROUPS, group_options, typed_config
 from hetrl.policy_outputs import leave_policy
-from hetrl.progress import TrainingProgress
+from hetrl.progress import Span, TrainingProgress
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState, Report
 from hetrl.seeding import rng_states, set_rng_states
@@ -43,7 +43,8 @@ checkpoint rhythm, a store that moved, its update compiled or not. Anything else
 
 
 def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
-        overrides: Sequence[str] = (), tags: Mapping[str, str] | None = None) -> dict[str, Any]:
+        overrides: Sequence[str] = (), tags: Mapping[str, str] | None = None,
+        span: Span | None = None) -> dict[str, Any]:
     """Train one job; returns its final metrics and MLflow run id.
 
     `choices` names the chosen option of each config group (Hydra's runtime choices);
@@ -51,7 +52,9 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
     MLflow run of that job are taken from its checkpoint and the job goes on there; of the
     command line's `overrides` (Hydra's task overrides) those of RESUME_OVERRIDES apply and
     any other that changes the job is refused. `tags` go on the run beside the choices (a
-    sweep's job number; `REFERENCE_TAG` on a job's reference run).
+    sweep's job number; `REFERENCE_TAG` on a job's reference run). `span`: the steps its
+    progress bar covers, a reference run's shared with its job's (by default its own, and
+    its reference run's if it will train one).
     """
     saved = None
     if cfg.resume:
@@ -74,18 +77,19 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
         tracker = _tracker(cfg)
         tracker.start(name, tags={**choices, "seed": str(cfg.seed), **(tags or {})},
                       run_id=saved["run_id"] if saved else None)
-        log.info("%s", _start_line(cfg, name, out_dir, tracker, saved,
-                                   _twin_note(cfg, choices, tracker)))
+        twin = twin_to_train(cfg, choices, tracker)
+        span = span or Span(cfg.steps * (2 if twin else 1))
+        log.info("%s", _start_line(cfg, name, out_dir, tracker, saved, _twin_note(cfg, twin)))
         try:
             if saved is None:
                 tracker.log_params(researcher_params(cfg))
             tracker.set_tags({"numerics_key": numerics_key(cfg),
                               "fp32_actors_key": fp32_actors_key(cfg),
                               "actors_precision": cfg.actors.precision})
-            results, state = _train(cfg, choices, out_dir, tracker, saved, stop, name)
+            results, state = _train(cfg, choices, out_dir, tracker, saved, stop, name, span)
+            train_twin = partial(run, tags=_reference_tags(tracker), span=span)
             results.update(reference_metrics(cfg, choices, results, state.history,
-                                             state.history_s, out_dir, tracker,
-                                             train_twin=partial(run, tags=_reference_tags(tracker))))
+                                             state.history_s, out_dir, tracker, train_twin))
             log_learning_curve(tracker, state.history, cfg.algo.get("learning_starts"),
                                results, out_dir, name)
         except KeyboardInterrupt as interrupt:
@@ -129,9 +133,10 @@ def _start_line(cfg: DictConfig, name: str, out_dir: Path, tracker: Tracker,
     return f"{name}: {budget} → {_short(out_dir)}" + (f" | {where}" if where else "")
 
 
-def _twin_note(cfg: DictConfig, choices: Mapping[str, str], tracker: Tracker) -> str:
-    """The start line's word on the reference run the job trains when it ends, if it will."""
-    if not twin_to_train(cfg, choices, tracker):
+def _twin_note(cfg: DictConfig, twin: bool) -> str:
+    """The start line's word on the reference run the job trains when it ends, if it will
+    (`twin`)."""
+    if not twin:
         return ""
     return (f", then its reference run (precision=fp32, for reward_error_pct): another "
             f"{cfg.steps:,} env steps, reference=find skips it")
@@ -209,9 +214,10 @@ def _train(
     saved: dict[str, Any] | None,
     stop: threading.Event,
     name: str,
+    span: Span,
 ) -> tuple[dict[str, float], LoopState]:
-    """Build the job, log what it is, run its loop from the start or the checkpoint, then
-    evaluate and keep its artifacts."""
+    """Build the job, log what it is, run its loop from the start or the checkpoint (its bar
+    within `span`), then evaluate and keep its artifacts."""
     c = build(cfg, planned=saved and saved.get("step_plan"))
     if saved is None:
         tracker.log_params({f"host.{k}": v for k, v in c.platform.describe().items()})
@@ -224,7 +230,8 @@ def _train(
     state = _initial_state(c, saved, cfg.seed)
     save_checkpoint = partial(_save_checkpoint, out_dir / checkpoint.FILENAME, cfg, choices,
                               tracker, c)
-    progress = TrainingProgress(cfg.steps, state.step, name, counter=lambda: state.step)
+    progress = TrainingProgress(cfg.steps, state.step, name, counter=lambda: state.step,
+                                span=span)
 
     def report(step: int, metrics: dict[str, float], kind: Report) -> None:
         try:

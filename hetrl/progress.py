@@ -1,6 +1,9 @@
 """Progress of a training loop: a rich bar on a terminal that moves every second, and a log
 line every `log_every` env steps, in the job's log file whether or not the bar is shown.
 
+A job that trains its reference twin when it ends shares a `Span` with the twin: the twin's
+bar goes on where the job's stopped, and both bars' total and ETA cover the two runs.
+
 The loop pays nothing for the bar: rich's own refresh thread reads the loop's step counter
 (`counter`, e.g. `lambda: state.step`) when it redraws; the loop only hands over its metrics
 when it logs them.
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from rich.console import Console
@@ -51,13 +55,25 @@ class _NotProgress(logging.Filter):
         return not getattr(record, "progress", False)
 
 
+@dataclass
+class Span:
+    """The env steps one bar covers across a job and the twins it trains after itself:
+    `total` planned, `done` by the runs whose bars closed."""
+
+    total: int
+    done: int = 0
+
+
 class TrainingProgress:
     def __init__(self, total: int, start: int, title: str,
-                 counter: Callable[[], int] | None = None, console: Console | None = None
-                 ) -> None:
+                 counter: Callable[[], int] | None = None, console: Console | None = None,
+                 span: Span | None = None) -> None:
         self.total = total
         self.title = title
         self.step = start
+        self.span = span or Span(total)
+        self.span.total = max(self.span.total, self.span.done + total)  # an unplanned twin
+        count = counter or (lambda: self.step)
         console = console or Console(stderr=True)
         self.bar: _CountedProgress | None = None
         self._handlers: list[tuple[logging.StreamHandler, object]] = []
@@ -72,10 +88,11 @@ class TrainingProgress:
                 TextColumn("eta"),
                 TimeRemainingColumn(),
                 console=console,
-                counter=counter or (lambda: self.step),
+                counter=lambda done=self.span.done: done + count(),
                 refresh_per_second=REFRESH_PER_SECOND,
             )
-            self.bar.task_id = self.bar.add_task(title, total=total, completed=start,
+            self.bar.task_id = self.bar.add_task(title, total=self.span.total,
+                                                 completed=self.span.done + start,
                                                  ret="-", sps="-")
             self.bar.start()
             self._route_console_logs()
@@ -111,11 +128,14 @@ class TrainingProgress:
         ret_text = "-" if ret is None else f"{ret:.1f}"
         sps = f"{metrics['sps']:.0f}"
         if self.bar is not None:
-            self.bar.update(self.bar.task_id, completed=step, ret=ret_text, sps=sps)
+            self.bar.update(self.bar.task_id, completed=self.span.done + step, ret=ret_text,
+                            sps=sps)
         log.info("%s step %d/%d return_mean_100 %s sps %s", self.title, step, self.total,
                  ret_text, sps, extra={"progress": self.bar is not None})
 
     def close(self) -> None:
+        """Stop the bar; the span counts this run's steps as done."""
+        self.span.done += self.total
         if self.bar is not None:
             self.bar.stop()
             self.bar = None

@@ -208,9 +208,10 @@ def test_the_start_line_announces_the_reference_run_it_will_train(overrides, ann
     from hetrl.experiment import _start_line, _twin_note
     from hetrl.options import compose_job
     from hetrl.tracking.base import NullTracker
+    from hetrl.tracking.reward_error import twin_to_train
 
     cfg, choices = compose_job("steps=1234", *overrides)
-    line = _start_line(cfg, "job", Path("out"), NullTracker(), None,
-                       _twin_note(cfg, choices, NullTracker()))
+    twin = twin_to_train(cfg, choices, NullTracker())
+    line = _start_line(cfg, "job", Path("out"), NullTracker(), None, _twin_note(cfg, twin))
     note = "then its reference run (precision=fp32, for reward_error_pct): another 1,234 env steps"
     assert (note in line and "reference=find skips it" in line) == announced

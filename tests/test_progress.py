@@ -1,5 +1,6 @@
 """The terminal: a bar that moves every second from the loop's step counter (the loop never
-calls it), elapsed time and ETA, and progress lines in the job's log file with or without it."""
+calls it), elapsed time and ETA, and progress lines in the job's log file with or without it;
+one span of steps across a job and the reference run it trains."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import io
 import logging
 import time
 
+from helpers import run_job
 from rich.console import Console
 
-from hetrl.progress import TrainingProgress
+from hetrl import experiment
+from hetrl.progress import Span, TrainingProgress
 from hetrl.scheduler.state import Report
 
 
@@ -76,3 +79,32 @@ def test_an_evaluation_gets_its_own_line_and_an_event_none(caplog):
         progress.update(1_000, {"pearl/decision": 1.0}, Report.event)
     progress.close()
     assert [r.getMessage() for r in caplog.records] == ["job step 1000/2000 eval/return_mean 187.2"]
+
+
+def test_a_twin_s_bar_goes_on_where_its_job_s_stopped_within_one_total():
+    console, out = fake_terminal()
+    loop, span = Loop(), Span(2_000)  # a job of 1,000 steps, then its twin of 1,000
+    for step in (1_000, 500):  # each bar's last redraw: at its close
+        loop.step = step
+        TrainingProgress(1_000, 0, "run", counter=lambda: loop.step, console=console,
+                         span=span).close()
+    assert "1000/2000" in out.getvalue() and "1500/2000" in out.getvalue()
+    assert span.done == 2_000
+    TrainingProgress(1_000, 0, "unplanned twin", console=console, span=span).close()
+    assert "2000/3000" in out.getvalue()  # a run the job did not plan widens the total
+
+
+def test_a_job_that_trains_its_reference_run_shows_one_bar_over_both(tmp_path, monkeypatch):
+    console, out = fake_terminal()
+
+    class OnTerminal(TrainingProgress):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs, console=console)
+
+    monkeypatch.setattr(experiment, "TrainingProgress", OnTerminal)
+    run_job(tmp_path, "algo=dqn", "steps=200", "algo.learning_starts=100", "algo.train_freq=4",
+            "algo.hidden=[8]", "algo.batch_size=8", "log_every=100", "precision=bf16",
+            "eval.final=0")
+    text = out.getvalue()
+    # the job's bar ends at 200 of the 400 steps of both runs; the fp32 twin's takes it to 400
+    assert "200/400" in text and "400/400" in text and "/200" not in text
