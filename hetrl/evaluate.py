@@ -23,6 +23,7 @@ from hetrl.loading import load, one_env
 from hetrl.config.errors import ConfigError
 from hetrl.evaluation import FINAL_SEED_OFFSET
 from hetrl.policy_outputs import ci95
+from hetrl.tracking.base import VIDEOS
 
 log = logging.getLogger("hetrl")
 
@@ -121,7 +122,7 @@ def main(args: list[str]) -> None:
         if hasattr(agent, "games"):
             files, into = go_game_files(agent, folder, seed), "games"
         else:
-            files, into = [record_video(agent, folder / "episode_0.mp4", seed)[0]], "videos"
+            files, into = [record_video(agent, folder / "episode_0.mp4", seed)[0]], VIDEOS
         where = agent.log_to_run(files, into)
         print("wrote " + ", ".join(map(str, files)) + (f"; logged to {where}" if where else ""))
 

@@ -28,13 +28,14 @@ VOID = {"meta", "img", "br", "hr", "link", "input"}
 
 class Page(HTMLParser):
     """A strict reading of the report: every element closed in order, the images' data, the
-    table's cells and the text."""
+    table's cells, the links and the text."""
 
     def __init__(self, html: str) -> None:
         super().__init__()
         self.open: list[str] = []
         self.images: list[bytes] = []
         self.rows: list[list[str]] = []
+        self.links: list[dict[str, str]] = []
         self.text: list[str] = []
         self.feed(html)
         self.close()
@@ -47,6 +48,8 @@ class Page(HTMLParser):
             self.images.append(base64.b64decode(src.split(",", 1)[1]))
         elif tag == "tr":
             self.rows.append([])
+        elif tag == "a":
+            self.links.append(dict(attrs))
         if tag not in VOID:
             self.open.append(tag)
 
@@ -56,7 +59,7 @@ class Page(HTMLParser):
 
     def handle_data(self, data):
         self.text.append(data)
-        if self.open and self.open[-1] in ("td", "th"):
+        if self.open and self.open[-1] in ("td", "th", "a"):
             self.rows[-1].append(data)
 
 
@@ -130,6 +133,9 @@ def _hand_made_sweep(client: MlflowClient) -> tuple[str, dict[str, str]]:
 def test_the_report_of_a_sweep_in_mlflow_plots_finished_jobs_and_tables_every_job(tmp_path):
     client = MlflowClient(tracking_uri(tmp_path))
     parent_id, ids = _hand_made_sweep(client)
+    video = tmp_path / "episode_0.mp4"  # as python -m hetrl.evaluate <job> video=true logs it
+    video.write_bytes(b"\x00\x00\x00\x18ftypmp42")
+    client.log_artifact(ids["v-fp16-s0"], str(video), "videos")
     logged = log_report(client, parent_id)
     assert set(logged) == {f"report/{n}" for n in PNGS | {"report.html"}}
     page, pngs = _report(client, parent_id, tmp_path)
@@ -148,17 +154,24 @@ def test_the_report_of_a_sweep_in_mlflow_plots_finished_jobs_and_tables_every_jo
 
     header, *rows = page.rows
     assert header == ["run", "status", "precision", "platform", "seed", "return_mean_100",
-                      "reward_error_pct", "eps_platform", "eps_host",
+                      "reward_error_pct", "eps_platform", "eps_host", "video",
                       "Pareto front"]  # not algo, env, steps: they do not vary
     assert len(rows) == 8
     by_name = {row[0]: row for row in rows}
     assert by_name["v-fp16-s2"][1] == "FAILED" and by_name["h-bf16-s1"][1] == "KILLED"
     assert {name for name, row in by_name.items() if row[-1] == "yes"} == {
         "v-fp32-s0", "v-fp16-s0", "v-fp16-s1", "h-fp32-s0"}
+    # the one job with a video links it on its run page in the UI; the others have none
+    assert [name for name, row in by_name.items() if "video" in row] == ["v-fp16-s0"]
+    run = client.get_run(ids["v-fp16-s0"])
+    assert [link["href"] for link in page.links] == [
+        f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/"
+        f"{run.info.run_id}/artifacts/videos/episode_0.mp4"]
     text = " ".join(page.text)
     assert "in the table only, not in the plots: v-fp16-s2, h-bf16-s1" in text
     assert "1 never started" in text and "h-bf16-s0 (no reward_error_pct)" in text
     assert "2 rejected before they ran (summary.md lists them)" in text
+    assert "video column links each setting's episode videos" in text
 
 
 @pytest.fixture(scope="module")

@@ -129,4 +129,9 @@ def _notes(sweep: Sweep) -> list[str]:
                  "(eps_host, phases, returns) are of the training as it ran on this host.")
     if sweep.keys:
         notes.append("Options that vary across the jobs: " + ", ".join(sweep.keys) + ".")
+    if any(job.video for job in sweep.jobs):
+        notes.append("The table's video column links each setting's episode videos (one per "
+                     "job that has one: python -m hetrl.evaluate <job dir> video=true logs it) "
+                     "on the job's run page in the MLflow UI (a local store's served by mlflow "
+                     "ui --backend-store-uri <store>).")
     return notes

@@ -9,7 +9,7 @@ from html import escape
 from pathlib import Path
 from typing import Sequence
 
-from hetrl.report.table import Table
+from hetrl.report.table import Link, Table
 
 STYLE = """
 body { font-family: system-ui, sans-serif; font-size: 14px; margin: 12px; max-width: 760px;
@@ -57,10 +57,18 @@ def _table(table: Table) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in table.header)
     rows = []
     for row in table.rows:
-        cells = "".join(f"<td class=\"num\">{escape(c)}</td>" if _number(c)
-                        else f"<td>{escape(c)}</td>" for c in row)
+        cells = "".join(_cell(c) for c in row)
         rows.append(f"<tr class=\"{escape(row[status])}\">{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _cell(cell: str | Link) -> str:
+    """One cell: a link opens in a tab of its own; a number aligns right."""
+    if isinstance(cell, Link):
+        return (f"<td><a href=\"{escape(cell.href)}\" target=\"_blank\" rel=\"noopener\">"
+                f"{escape(cell.text)}</a></td>")
+    return f"<td class=\"num\">{escape(cell)}</td>" if _number(cell) else (
+        f"<td>{escape(cell)}</td>")
 
 
 def _number(text: str) -> bool:

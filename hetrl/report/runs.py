@@ -1,5 +1,5 @@
 """Read a sweep from MLflow: its parent run, its children, the options that vary across them,
-their learning curves and PEARL's Φ(P)."""
+their learning curves, their episode videos and PEARL's Φ(P)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from pathlib import Path
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
-from hetrl.tracking.mlflow import sweep_children
+from hetrl.tracking.base import VIDEOS
+from hetrl.tracking.mlflow import sweep_children, ui_link
 
 GROUP_TAGS = ("algo", "env", "platform", "precision", "partitioner", "scheduler", "replay",
               "actors", "seed")
@@ -30,9 +31,11 @@ class ReportError(ValueError):
 
 @dataclass
 class Job:
-    """One child run of the sweep."""
+    """One child run of the sweep; `video`: the UI's address of its episode video, if it
+    has one."""
 
     run: Run
+    video: str | None = None
 
     @property
     def name(self) -> str:
@@ -106,9 +109,10 @@ class Sweep:
 
 def load_sweep(client: MlflowClient, parent_id: str) -> Sweep:
     """The sweep whose parent run is `parent_id`, with the learning curve of each finished
-    job; the reference runs its jobs trained are not among them."""
+    job and the video of each that has one; the reference runs its jobs trained are not
+    among them."""
     parent = client.get_run(parent_id)
-    jobs = [Job(run) for run in sweep_children(client, parent_id)[0]]
+    jobs = [Job(run, video(client, run)) for run in sweep_children(client, parent_id)[0]]
     keys = varying_keys(swept_keys(parent), jobs)
     curves = {job.run.info.run_id: [(m.step, m.value) for m in
                                     client.get_metric_history(job.run.info.run_id, CURVE)]
@@ -117,6 +121,18 @@ def load_sweep(client: MlflowClient, parent_id: str) -> Sweep:
             if k == "phi_p" or k.startswith("phi_p/")}
     return Sweep(parent, jobs, keys, curves, phis,
                  portability_settings(client, parent_id) if phis else [])
+
+
+def video(client: MlflowClient, run: Run) -> str | None:
+    """The UI's address of the run's first episode video (`videos/*.mp4`), where the run
+    page plays it; None for a run without one."""
+    videos = sorted(f.path for f in client.list_artifacts(run.info.run_id, VIDEOS)
+                    if f.path.endswith(".mp4"))
+    if not videos:
+        return None
+    info = run.info  # the run page's artifacts tab, the file chosen
+    return ui_link(client.tracking_uri,
+                   f"/experiments/{info.experiment_id}/runs/{info.run_id}/artifacts/{videos[0]}")
 
 
 def swept_keys(parent: Run) -> list[str]:

@@ -13,6 +13,9 @@ REFERENCE_TAG = "reference_for"
 """The tag of a run that a job trained as its reference (fp32 for `reward_error_pct`, fp32
 actors for `time_to_95pct_s`), valued the job's run id: in a sweep it is a child of the parent
 beside the jobs, but not one of them."""
+VIDEOS = "videos"
+"""The run's artifact folder of its episode videos (`python -m hetrl.evaluate <run>
+video=true`), which a sweep's report links."""
 
 
 class Tracker(Protocol):

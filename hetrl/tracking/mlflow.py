@@ -253,9 +253,15 @@ def view_route(experiment_id: str) -> str:
 def ui_url(uri: str, route: str) -> str:
     """Where the UI shows `route` (a run's `/experiments/<id>/runs/<run id>`, `view_route`),
     and the command that serves it for a local store."""
-    if uri.startswith(("http://", "https://")):
-        return f"{uri.rstrip('/')}/#{route}"
-    return f"{UI}/#{route}  (serve it: mlflow ui --backend-store-uri {uri})"
+    link = ui_link(uri, route)
+    served = uri.startswith(("http://", "https://"))
+    return link if served else f"{link}  (serve it: mlflow ui --backend-store-uri {uri})"
+
+
+def ui_link(uri: str, route: str) -> str:
+    """The UI's address of `route`: the store's server, or where `mlflow ui` serves one."""
+    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else UI
+    return f"{base}/#{route}"
 
 
 def _check_writable(db: Path, uri: str) -> None:
