@@ -4,12 +4,12 @@
     mlflow models serve -m runs:/<run id>/policy --env-manager local
 
 Its `requirements.txt` pins hetrl's own runtime requirements (torch, numpy, gymnasium, ...) to
-the versions the job ran with, so loading it elsewhere warns of a mismatch; hetrl itself is
-not on a package index, so the model runs where hetrl is installed (`--env-manager local`),
-its requirements installed by `pip install -r`. The model's one artifact
-is the job's `policy.pt`; its `model_config` says which weights (`weights`: the final ones, or
-the kept best ones) and which precision (`precision`: fp32 or the actors', as they acted) the
-policy runs in; its metadata names the job and the actors' precision.
+the versions the job ran with (MLflow warns where the model is loaded with others); hetrl
+itself is on no package index and not listed: the model runs where hetrl is installed
+(`--env-manager local`). The model's one artifact is the job's `policy.pt`; its
+`model_config` says which weights (`weights`: the final ones, or the kept best ones) and which
+precision (`precision`: fp32 or the actors', as they acted) the policy runs in; its metadata
+names the job and the actors' precision.
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ def _quiet() -> Iterator[None]:
 @cache
 def requirements(distribution: str = "hetrl") -> tuple[str, ...]:
     """`distribution`'s runtime requirements (not its extras'), each pinned to its installed
-    version without a local label (torch 2.13.0+cpu: torch==2.13.0, as MLflow pins); none
-    where it is not installed (run from a source tree)."""
+    version without a local label (torch 2.13.0+cpu: torch==2.13.0, as MLflow pins), one not
+    installed as declared; none where `distribution` is not installed (a source tree)."""
     try:
         declared = importlib.metadata.requires(distribution) or []
     except importlib.metadata.PackageNotFoundError:
@@ -86,7 +86,11 @@ def requirements(distribution: str = "hetrl") -> tuple[str, ...]:
         if req.marker is not None and not req.marker.evaluate({"extra": ""}):
             continue
         extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
-        version = Version(importlib.metadata.version(req.name)).public
+        try:
+            version = Version(importlib.metadata.version(req.name)).public
+        except importlib.metadata.PackageNotFoundError:
+            pinned.append(text)
+            continue
         pinned.append(f"{req.name}{extras}=={version}")
     return tuple(pinned)
 
