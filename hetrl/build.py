@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from hetrl.actors.base import Actors
 from hetrl.algos.base import Learner
 from hetrl.compiled.choose import UpdateChoice, choose_update, job_batch
-from hetrl.config.checks import env_errors
+from hetrl.config.env_checks import env_errors
 from hetrl.config.errors import ConfigError, unwrapped
 from hetrl.config.run import compile_mode
 from hetrl.partition.costs import Plan

@@ -56,17 +56,58 @@ def test_a_bad_input_is_named_in_one_line_before_anything_is_built(overrides, wo
         assert word in message, message
 
 
-@pytest.mark.parametrize("override, words", [
-    ("env.id=NoSuchEnv-v9", ["env.id=NoSuchEnv-v9", "doesn't exist", "pprint_registry"]),
-    ("+env.kwargs.foo=1", ["env.kwargs.foo=1", "CartPole-v1 takes no argument 'foo'",
-                           "sutton_barto_reward"]),
-])
-def test_an_unknown_env_or_env_argument_is_the_configs_error(override, words):
-    cfg, _ = compose_job(override)
+ENV_ERRORS = [
+    (("env.id=NoSuchEnv-v9",), ["env.id=NoSuchEnv-v9", "doesn't exist", "pprint_registry"]),
+    (("env.id=CartPol-v1",), ["env.id=CartPol-v1", "did you mean env.id=CartPole-v1"]),
+    (("env=dmc_cheetah_run", "env.id=shimmy:dm_control/cheetah-rn-v0"),
+     ["did you mean env.id=shimmy:dm_control/cheetah-run-v0"]),
+    (("env.id=nosuchmodule:Bar-v0",), ["env.id=nosuchmodule:Bar-v0", "No module named"]),
+    (("+env.kwargs.foo=1",), ["env.kwargs.foo=1", "CartPole-v1 takes no argument 'foo'",
+                              "sutton_barto_reward"]),
+    ((*MULTI_AGENT, "env.id=simple_sprad_v3"), ["env.id=simple_sprad_v3",
+                                                "did you mean env.id=simple_spread_v3"]),
+    ((*MULTI_AGENT, "+env.kwargs.foo=1"), ["env.kwargs.foo=1", "simple_spread_v3 takes no "
+                                           "argument 'foo'", "local_ratio"]),
+]
+ENV_IDS = ["id", "close-id", "module-id", "no-module", "kwarg", "mpe-id", "mpe-kwarg"]
+
+
+@pytest.mark.parametrize("overrides, words", ENV_ERRORS, ids=ENV_IDS)
+def test_an_unknown_env_or_env_argument_is_named_before_anything_is_built(overrides, words):
+    cfg, choices = compose_job(*overrides)
+    with pytest.raises(ConfigError) as error:
+        check_inputs(cfg, choices)
+    assert "\n" not in str(error.value)
+    for word in words:
+        assert word in str(error.value), str(error.value)
+
+
+@pytest.mark.parametrize("overrides, words", ENV_ERRORS[::4], ids=ENV_IDS[::4])
+def test_an_unknown_env_or_env_argument_is_the_configs_error_when_made(overrides, words):
+    """A resumed job skips check_inputs: making the env names the same errors."""
+    cfg, _ = compose_job(*overrides)
     with pytest.raises(ConfigError) as error:
         preflight(cfg)
     for word in words:
         assert word in str(error.value), str(error.value)
+
+
+def test_an_unknown_env_id_fails_fast_without_torch_or_a_store(tmp_path: Path):
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "hetrl", "env.id=NoSuchEnv-v9",
+         f"tracking.uri={tracking_uri(tmp_path)}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr[-3000:]
+    (line,) = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+    assert "env.id=NoSuchEnv-v9 is invalid" in line and "Traceback" not in out.stderr
+    assert not _imported(out.stderr) & {"torch", "mlflow"}
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def _imported(importtime: str) -> set[str]:
+    """The modules `python -X importtime` reports as imported."""
+    return {row.split("|")[-1].strip() for row in importtime.splitlines()
+            if row.startswith("import time:")}
 
 
 PLATFORM_WITHOUT_DEVICES = """defaults:
@@ -91,7 +132,5 @@ def test_a_platform_file_without_devices_fails_fast_without_torch_or_a_store(tmp
     (line,) = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
     assert "platform.baselines is missing" in line and "platform=mine" in line
     assert "platform.devices" in line and "Traceback" not in out.stderr
-    imported = {row.split("|")[-1].strip() for row in out.stderr.splitlines()
-                if row.startswith("import time:")}
-    assert not imported & {"torch", "mlflow", "gymnasium"}
+    assert not _imported(out.stderr) & {"torch", "mlflow", "gymnasium"}
     assert not (tmp_path / "mlflow.db").exists()

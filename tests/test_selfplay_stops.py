@@ -18,6 +18,7 @@ from helpers import run_job
 
 from hetrl import checkpoint, experiment
 from hetrl.actors.selfplay import SelfPlayPool
+from hetrl.actors.worker_logs import log, log_to
 from hetrl.faults import Stopped, StopRequest, WorkerLost
 from hetrl.scheduler import selfplay
 
@@ -84,17 +85,62 @@ def test_a_hung_worker_is_named_after_selfplay_worker_timeout_s(tmp_path: Path):
         worker.kill()
 
 
-def test_a_dead_worker_is_named_at_once_with_its_exit_code():
-    """As a data-parallel trainer rank is waited for: not after the 600 s timeout."""
+def _last_words_then_exit(log_file: Path) -> None:
+    log_to(log_file)
+    log.info("about to exit")
+    os._exit(3)
+
+
+@pytest.mark.parametrize("logged", [False, True], ids=["job-log", "own-log"])
+def test_a_dead_worker_is_named_at_once_with_its_exit_code(tmp_path: Path, logged: bool):
+    """As a data-parallel trainer rank is waited for: not after the 600 s timeout; with the
+    last line of its own log where it has one."""
     import multiprocessing as mp
 
     from hetrl.actors.workers import next_answer
 
+    log_file = tmp_path / "workers" / "trainer-1.log"
     ctx = mp.get_context("fork")
-    answers, dead = ctx.Queue(), ctx.Process(target=os._exit, args=(3,))
+    answers = ctx.Queue()
+    dead = ctx.Process(target=_last_words_then_exit if logged else os._exit,
+                       args=(log_file,) if logged else (3,))
     dead.start()
     dead.join()
     start = time.monotonic()
-    with pytest.raises(WorkerLost, match=rf"trainer rank 1 \(pid {dead.pid}, exit code 3\) died"):
-        next_answer(answers, [dead], "trainer rank", 600, first_rank=1)
+    with pytest.raises(WorkerLost) as lost:
+        next_answer(answers, [dead], "trainer rank", 600, first_rank=1,
+                    logs=[log_file] if logged else [])
+    message = str(lost.value)
     assert time.monotonic() - start < 2
+    if logged:
+        assert f"trainer rank 1 (pid {dead.pid}, exit code 3; its last log line: '[" in message
+        assert f"[hetrl.worker][INFO] - about to exit' ({log_file})) died" in message
+        assert "job's log" not in message
+    else:
+        assert f"trainer rank 1 (pid {dead.pid}, exit code 3) died" in message
+        assert "its last words, if any, are in the job's log above" in message
+
+
+def _start_a_spawned_child(guarded: bool) -> tuple[int | None, str | None]:
+    """In a joblib worker: start a spawned child, as the self-play pool does, and wait for
+    it; its exit code and the worker's start method afterwards."""
+    import multiprocessing as mp
+
+    from hetrl.actors.workers import starting
+
+    child = mp.get_context("spawn").Process(target=time.sleep, args=(0,))
+    with starting("spawn") if guarded else nullcontext():
+        child.start()
+    child.join(60)
+    return child.exitcode, mp.get_start_method(allow_none=True)
+
+
+def test_worker_processes_start_inside_a_joblib_worker():
+    """hydra/launcher=joblib runs a job in a loky worker, whose start method ('loky') a
+    spawned child cannot set (`cannot find context for 'loky'`)."""
+    from joblib import Parallel, delayed
+
+    with Parallel(n_jobs=2, backend="loky") as parallel:
+        bare, guarded = parallel(delayed(_start_a_spawned_child)(g) for g in (False, True))
+    assert bare == (1, "loky")  # what the pools met before `starting`
+    assert guarded == (0, "loky")

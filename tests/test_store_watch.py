@@ -1,14 +1,18 @@
-"""The store is watched: a job whose sqlite store is deleted or replaced while it runs stops
-at its next log with a checkpoint and names the store, never "finished" over lost records;
+"""The store is watched: a job whose sqlite store is deleted or replaced, or whose tracking
+server goes away, while it runs stops at its next log with a checkpoint and names the store,
+never "finished" over lost records;
 a resumed run that finishes drops the error.txt of the failure it resumed from."""
 
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from helpers import _empty_store, compose_job, mlflow_runs, run_job, tracking_uri
+from helpers import (_empty_store, compose_job, mlflow_runs, run_job, tracking_server,
+                     tracking_server_up, tracking_uri)
 from mlflow.tracking import MlflowClient
 
 from hetrl import checkpoint, experiment
@@ -48,6 +52,33 @@ def test_a_store_that_vanishes_stops_the_job_at_its_next_log_with_a_checkpoint(
     assert f"the store {store} was {how} while the job ran" in message
     assert "the job stopped at step 300, its checkpoint" in message
     assert checkpoint.load(tmp_path / "job0")["loop"].step == 300
+
+
+@pytest.mark.slow
+def test_a_tracking_server_that_goes_away_stops_the_job_with_a_checkpoint(tmp_path: Path):
+    """The server is stopped while the job trains: the job stops at its next log, exits 1
+    naming the server and what to do, and never says "finished"."""
+    with tracking_server_up("sqlite") as (uri, folder):
+        job = subprocess.Popen(
+            [sys.executable, "-m", "hetrl", *QUICK, "steps=100000", f"tracking.uri={uri}",
+             "hydra.run.dir=job"],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        seen = []
+        for line in job.stdout:  # the job logs step 200: it trains, tracking to the server
+            seen.append(line)
+            if "step 200/" in line:
+                break
+        down = tracking_server("down", "--dir", str(folder), timeout=120)
+        assert down.returncode == 0, down.stdout + down.stderr
+        rest, _ = job.communicate(timeout=120)
+    output = "".join(seen) + rest
+    assert job.returncode == 1, output[-3000:]
+    (error,) = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert f"tracking.uri={uri}: the tracking server stopped answering" in error
+    assert "python -m hetrl.tracking.server up" in error and "resume=" in error
+    assert "the job stopped at step" in error and "finished" not in output
+    assert "Traceback" not in output
+    assert (tmp_path / "job" / "checkpoint.pt").is_file()
 
 
 def test_a_resumed_run_that_finishes_drops_the_error_of_its_failure(tmp_path: Path, monkeypatch):

@@ -14,6 +14,7 @@ import signal
 import threading
 import traceback
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from time import perf_counter
 from typing import Callable
 
@@ -21,6 +22,8 @@ import gymnasium as gym
 import torch
 
 from hetrl.actors.pool import WAIT_SLICE_S, ActorError, ActorLost, ActorPool
+from hetrl.actors.worker_logs import log, log_to, look_in, said, worker_log
+from hetrl.actors.workers import starting
 from hetrl.actors.worker import ActorWorker, Chunk, cpu_copy
 from hetrl.algos.base import Learner
 from hetrl.faults import exit_words
@@ -31,17 +34,20 @@ STOP_TIMEOUT_S = 10.0  # then the actors that have not exited are terminated
 
 def _serve(conn: Connection, rank: int, n_actors: int, learner: Learner,
            make_envs: Callable[[], gym.vector.VectorEnv], seed: int, spec: QuantSpec,
-           ring=None) -> None:
+           ring=None, log_file: Path | None = None) -> None:
     """An actor process: collect chunks on command until told to stop; with a `ring` (PEARL's
     shared-memory data collection queue) a chunk's arrays go there, not through the pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked actor had the job's stop handler
+    log_to(log_file)
     worker = None
     try:
         worker = ActorWorker(rank, n_actors, learner, make_envs, seed, spec)
         handed_back = perf_counter()
         while (command := conn.recv())[0] == "collect":
             _, payload, steps, step = command
+            log.info("chunk of %d steps at step %d%s", steps, step,
+                     " with new weights" if payload is not None else "")
             chunk = worker.collect(payload, steps, step, pull_s=perf_counter() - handed_back)
             conn.send(("chunk", chunk if ring is None else ring.put(chunk)))
             handed_back = perf_counter()
@@ -74,18 +80,22 @@ class ProcessActors(ActorPool):
         self.submitted: dict[int, float] = {}  # rank -> when its unanswered chunk was asked
         self.hung: set[int] = set()  # ranks found hung: killed at once by close()
         self.rings: dict = {}  # rank -> its shared-memory ChunkRing (scheduler=pearl), if any
+        self.logs: list[Path | None] = []  # rank -> its log file (worker_logs), if any
 
     def start(self, learner: Learner, make_envs: Callable[[], gym.vector.VectorEnv],
               seed: int) -> None:
-        context = mp.get_context(resolved_start_method(self.start_method))
+        method = resolved_start_method(self.start_method)
+        context = mp.get_context(method)
         copy = cpu_copy(learner)
+        self.logs = [worker_log(f"actor-{rank}") for rank in range(self.n)]
         for rank in range(self.n):
             here, there = context.Pipe()
             process = context.Process(
                 target=_serve, args=(there, rank, self.n, copy, make_envs, seed, self.spec,
-                                     self.rings.get(rank)),
+                                     self.rings.get(rank), self.logs[rank]),
                 name=f"hetrl-actor-{rank}", daemon=True)
-            process.start()
+            with starting(method):
+                process.start()
             there.close()
             self.processes.append(process)
             self.conns.append(here)
@@ -101,9 +111,9 @@ class ProcessActors(ActorPool):
         process = self.processes[rank]
         process.join(timeout=1.0)  # its exit code, once reaped
         return ActorLost(
-            f"actor {rank} (pid {process.pid}) died, {exit_words(process.exitcode)}: the run "
-            "stops, its last checkpoint is where resume= goes on (its last words, if any, are "
-            "in the job's log above; SIGKILL is often the kernel's OOM killer: give fewer "
+            f"actor {rank} (pid {process.pid}) died, {exit_words(process.exitcode)}"
+            f"{said(self.logs[rank])}: the run stops, its last checkpoint is where resume= goes "
+            f"on ({look_in(self.logs)}SIGKILL is often the kernel's OOM killer: give fewer "
             "actors.n or more memory)")
 
     def results(self, block: bool = True, stop: threading.Event | None = None) -> list[Chunk]:
@@ -132,8 +142,8 @@ class ProcessActors(ActorPool):
             if self.conns[rank] not in ready and now - since > self.timeout_s:
                 self.hung.add(rank)
                 process = self.processes[rank]
-                raise self.hung_error(rank, now - since,
-                                      f" (pid {process.pid}, {_state(process.pid)})")
+                raise self.hung_error(rank, now - since, f" (pid {process.pid}, "
+                                      f"{_state(process.pid)}{said(self.logs[rank])})")
 
     def close(self) -> None:
         """Stop every actor: kill the hung ones, ask the others, drain what they still send,

@@ -9,6 +9,7 @@ import multiprocessing as mp
 import queue
 import socket
 import time
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -16,7 +17,8 @@ import torch
 
 from hetrl.actors.base import Actors
 from hetrl.actors.ray import RayActors, init_ray, ray_node
-from hetrl.actors.workers import POLL_S, check_alive, hung, stop_workers
+from hetrl.actors.worker_logs import log, log_to, worker_log
+from hetrl.actors.workers import POLL_S, check_alive, hung, named, starting, stop_workers
 from hetrl.algos.alphazero import AlphaZero, PolicyValueNet
 from hetrl.algos.go_games import GameRecord, evaluator, iter_games
 from hetrl.algos.mcts import SearchConfig, SearchStats
@@ -122,11 +124,14 @@ class WorkerPool(SelfPlayPool):
         self.results: Any = ctx.Queue()
         self.queues = [ctx.Queue() for _ in range(n)]
         spec = worker_spec(game, learner)
-        self.procs = [ctx.Process(target=_worker, args=(rank, spec, vars(learner.search),
-                                                        seed, self.queues[rank], self.results),
+        self.logs = [worker_log(f"selfplay-{rank}") for rank in range(n)]
+        self.procs = [ctx.Process(target=_worker, args=(rank, spec, vars(learner.search), seed,
+                                                        self.queues[rank], self.results,
+                                                        self.logs[rank]),
                                   daemon=True) for rank in range(n)]
-        for p in self.procs:
-            p.start()
+        with starting("spawn"):
+            for p in self.procs:
+                p.start()
 
     def play(self, games: int, concurrent: int, budget: int, gen: int,
              stats: SearchStats) -> list[GameRecord] | None:
@@ -143,9 +148,9 @@ class WorkerPool(SelfPlayPool):
             try:
                 item = self.results.get(timeout=POLL_S)
             except queue.Empty:
-                check_alive(self.procs, "self-play worker")
+                check_alive(self.procs, "self-play worker", logs=self.logs)
                 if (silent := time.monotonic() - heard) > self.timeout_s:
-                    raise hung("self-play worker", [f"{r} (pid {self.procs[r].pid})"
+                    raise hung("self-play worker", [named(r, self.procs[r], self.logs[r])
                                                     for r in sorted(playing)],
                                silent, "selfplay.worker_timeout_s") from None
                 continue
@@ -233,13 +238,16 @@ def plain_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def _worker(rank: int, spec: dict, search: dict, seed: int, tasks: Any, results: Any) -> None:
+def _worker(rank: int, spec: dict, search: dict, seed: int, tasks: Any, results: Any,
+            log_file: Path | None) -> None:
     """A process worker: a SelfPlayWorker serving its task queue."""
     import traceback
 
+    log_to(log_file)
     try:
         worker = SelfPlayWorker(rank, spec, search, seed)
         while (task := tasks.get()) is not None:
+            log.info("generation %d: %d games", task[0], task[2])
             for item in worker.play(*task):
                 results.put((*item, rank))
     except Exception:  # the loop reports it

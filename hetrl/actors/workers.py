@@ -3,13 +3,34 @@ their stop, and the words for one that died or stopped answering."""
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import queue
 import time
-from typing import Any, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Sequence
 
+from hetrl.actors.worker_logs import look_in, said
 from hetrl.faults import WorkerLost, exit_words
 
 POLL_S = 0.5  # a wait on workers looks at the stop request, their health and its timeout this often
+
+
+@contextmanager
+def starting(method: str) -> Iterator[None]:
+    """Processes of the context `method` start within the block. A spawned (or forkserver)
+    child first sets its parent's process-wide start method as its own, and one that a
+    library set there is unknown to the child: in a joblib worker it is loky's ('cannot find
+    context for 'loky'', the child exits 1). For the block, that method is `method`."""
+    previous = mp.get_start_method(allow_none=True)
+    if method == "fork" or previous is None or previous in mp.get_all_start_methods():
+        yield
+        return
+    mp.set_start_method(method, force=True)
+    try:
+        yield
+    finally:
+        mp.set_start_method(previous, force=True)
 
 
 def stop_workers(inboxes: Sequence[Any], processes: Sequence[Any], timeout: float = 10.0) -> None:
@@ -26,15 +47,23 @@ def stop_workers(inboxes: Sequence[Any], processes: Sequence[Any], timeout: floa
             process.join(timeout=5)
 
 
-def check_alive(processes: Sequence[Any], what: str, first_rank: int = 0) -> None:
-    """Raise WorkerLost naming each of `processes` (rank, pid, how it ended) that is dead."""
-    dead = [f"{rank} (pid {p.pid}, {exit_words(p.exitcode)})"
-            for rank, p in enumerate(processes, first_rank) if not p.is_alive()]
+def check_alive(processes: Sequence[Any], what: str, first_rank: int = 0,
+                logs: Sequence[Path | None] = ()) -> None:
+    """Raise WorkerLost naming each of `processes` (rank, pid, how it ended, the last line of
+    its log where `logs` has one) that is dead."""
+    logs = list(logs) or [None] * len(processes)
+    dead = [f"{rank} (pid {p.pid}, {exit_words(p.exitcode)}{said(log)})"
+            for (rank, p), log in zip(enumerate(processes, first_rank), logs) if not p.is_alive()]
     if dead:
         raise WorkerLost(
             f"{what} {', '.join(dead)} died: the run stops, its last checkpoint is where "
-            "resume= goes on (its last words, if any, are in the job's log above; SIGKILL is "
-            "often the kernel's OOM killer: give fewer workers or more memory)")
+            f"resume= goes on ({look_in(logs)}SIGKILL is often the kernel's OOM killer: give "
+            "fewer workers or more memory)")
+
+
+def named(rank: int, process: Any, log: Path | None = None) -> str:
+    """A worker as a message names it: rank, pid and the last line of its log, if any."""
+    return f"{rank} (pid {process.pid}{said(log)})"
 
 
 def hung(what: str, silent: Sequence[str], waited_s: float, key: str | None = None) -> WorkerLost:
@@ -48,15 +77,18 @@ def hung(what: str, silent: Sequence[str], waited_s: float, key: str | None = No
 
 
 def next_answer(answers: Any, processes: Sequence[Any], what: str, timeout_s: float,
-                first_rank: int = 0) -> Any:
+                first_rank: int = 0, logs: Sequence[Path | None] = ()) -> Any:
     """The next item on the queue `answers`, polled every POLL_S: a dead worker raises
-    WorkerLost naming it at once, none for `timeout_s` names them all."""
+    WorkerLost naming it at once, none for `timeout_s` names them all (with the last line
+    of each one's log, where `logs` has one)."""
+    logs = list(logs) or [None] * len(processes)
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             return answers.get(timeout=POLL_S)
         except queue.Empty:
-            check_alive(processes, what, first_rank)
+            check_alive(processes, what, first_rank, logs)
             if time.monotonic() > deadline:
-                names = [f"{r} (pid {p.pid})" for r, p in enumerate(processes, first_rank)]
+                names = [named(r, p, log)
+                         for (r, p), log in zip(enumerate(processes, first_rank), logs)]
                 raise hung(what, names, timeout_s) from None

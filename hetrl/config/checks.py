@@ -4,23 +4,22 @@ failing in one line that names the key, the value and the valid choices.
 `check_inputs` is the fast part: `python -m hetrl` runs it before torch, MLflow or an env
 is imported, so a mistyped key fails in about the time Hydra takes to compose (≤ 2 s). What
 it asks of the world (a tracking server, a Ray cluster) it asks with a plain socket, within
-PROBE_S. `env_errors` names a bad env id or kwarg where the env is first made (the job's
-preflight, still before its run opens).
+PROBE_S. It asks gymnasium or mpe2, never torch, whether `env.id` and `env.kwargs` name an
+env and its arguments (hetrl.config.env_checks).
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import re
 import socket
-from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import Mapping
 from urllib.parse import urlsplit
 
 from omegaconf import DictConfig, OmegaConf
 
-from hetrl.config.errors import ConfigError
+from hetrl.config.env_checks import check_env
+from hetrl.config.errors import ConfigError, nearest
 from hetrl.options import group_options
 
 PROBE_S = 3.0  # how long a tracking server or a Ray cluster has to accept a connection
@@ -38,6 +37,7 @@ def check_inputs(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     _check_schemas(cfg)
     _check_targets(cfg)
     _check_experiment_name(cfg)
+    check_env(cfg)  # before the probes, which may wait PROBE_S
     _check_tracking_uri(cfg)
     _check_ray_address(cfg)
 
@@ -67,7 +67,7 @@ def _check_sampler_is_a_group(cfg: DictConfig) -> None:
     options = group_options("replay/sampler")
     raise ConfigError(
         f"replay.sampler={sampler} is invalid: a sampler is chosen as a config group, "
-        f"replay/sampler=<name>, one of {options}" + _nearest(str(sampler), options,
+        f"replay/sampler=<name>, one of {options}" + nearest(str(sampler), options,
                                                                 "replay/sampler="))
 
 
@@ -158,58 +158,3 @@ def _unreachable(host: str, port: int) -> str | None:
         return f"no answer within {PROBE_S:g} s"
     except OSError as error:
         return (error.strerror or str(error)).lower()
-
-
-@contextmanager
-def env_errors(cfg: DictConfig) -> Iterator[None]:
-    """Raise, as a ConfigError naming `env.id` or `env.kwargs.<name>`, what making the env
-    says of an unknown id or an argument the env does not take."""
-    from hydra.errors import InstantiationException
-
-    try:
-        yield
-    except Exception as error:  # noqa: BLE001 - only the two cases below are the config's
-        cause = error.__cause__ if isinstance(error, InstantiationException) else error
-        if (config_error := _env_error(cfg, cause)) is None:
-            raise
-        raise config_error from None
-
-
-def _env_error(cfg: DictConfig, error: BaseException | None) -> ConfigError | None:
-    env_id = cfg.env.get("id")
-    kind = type(error).__name__
-    if kind in ("NameNotFound", "NamespaceNotFound", "VersionNotFound", "DeprecatedEnv"):
-        import gymnasium
-
-        ids = sorted(gymnasium.envs.registry)
-        return ConfigError(f"env.id={env_id} is invalid: {error}" + _nearest(env_id, ids, "env.id=")
-                           + " (gymnasium.pprint_registry() lists every id)")
-    text = str(error)
-    if isinstance(error, TypeError) and (found := re.search(r"unexpected keyword argument "
-                                                            r"'(\w+)'", text)):
-        name = found[1]
-        value = OmegaConf.select(cfg, f"env.kwargs.{name}", default="?")
-        return ConfigError(f"env.kwargs.{name}={value} is invalid: {env_id} takes no argument "
-                           f"{name!r}: remove it (~env.kwargs.{name})" + _env_arguments(env_id))
-    return None
-
-
-def _env_arguments(env_id: str) -> str:
-    """`: valid names are [...]`, the keyword arguments of a gymnasium env's constructor."""
-    import inspect
-
-    try:
-        import gymnasium
-
-        entry = gymnasium.spec(env_id).entry_point
-        made = gymnasium.envs.registration.load_env_creator(entry) if isinstance(entry, str) \
-            else entry
-        names = [p for p in inspect.signature(made).parameters if p not in ("self", "kwargs")]
-    except Exception:  # noqa: BLE001 - not a gymnasium env: the message stands without them
-        return ""
-    return f"; valid names are {names}"
-
-
-def _nearest(value: str, options: list[Any], prefix: str) -> str:
-    close = difflib.get_close_matches(value, [str(o) for o in options], n=1)
-    return f": did you mean {prefix}{close[0]}?" if close else ""

@@ -3,6 +3,7 @@ error a constructor raised, out of Hydra's wrapper."""
 
 from __future__ import annotations
 
+import difflib
 from contextlib import contextmanager
 from enum import Enum
 from typing import Any, Iterator, Mapping
@@ -47,3 +48,9 @@ def unwrapped(*kinds: type[Exception]) -> Iterator[None]:
         if isinstance(error.__cause__, kinds):
             raise error.__cause__ from None
         raise
+
+
+def nearest(value: str, options: list[Any], prefix: str) -> str:
+    """`: did you mean <prefix><option>?` for the option closest to `value`, or nothing."""
+    close = difflib.get_close_matches(value, [str(o) for o in options], n=1)
+    return f": did you mean {prefix}{close[0]}?" if close else ""

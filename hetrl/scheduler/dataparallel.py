@@ -34,7 +34,8 @@ import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from hetrl.actors.workers import next_answer, stop_workers
+from hetrl.actors.worker_logs import log, log_to, worker_log
+from hetrl.actors.workers import next_answer, starting, stop_workers
 from hetrl.algos.alphazero import AlphaZero, make_learner
 from hetrl.precision.uniform import UniformPrecision
 from hetrl.replay.window import Generation, GenerationWindow
@@ -141,12 +142,15 @@ class DataParallelTrainers:
         self.inbox = [ctx.Queue() for _ in range(k - 1)]
         self.outbox: Any = ctx.Queue()
         optimizer = learner.optimizer.state_dict()
+        self.logs = [worker_log(f"trainer-{rank}") for rank in range(1, k)]
         self.procs = [ctx.Process(target=_rank_main, daemon=True,
                                   args=(rank, k, self.rendezvous, learner.init_kwargs, optimizer,
-                                        seed, window.size, self.inbox[rank - 1], self.outbox))
+                                        seed, window.size, self.inbox[rank - 1], self.outbox,
+                                        self.logs[rank - 1]))
                       for rank in range(1, k)]
-        for p in self.procs:
-            p.start()
+        with starting("spawn"):
+            for p in self.procs:
+                p.start()
         for generation in window.generations:  # a resumed loop's window
             self.add_generation(generation)
         init_group(0, k, self.rendezvous)
@@ -168,7 +172,7 @@ class DataParallelTrainers:
             yield
         for _ in self.procs:  # ranks 1..: a dead one is named at once
             kind, payload = next_answer(self.outbox, self.procs, "data-parallel trainer rank",
-                                        600, first_rank=1)
+                                        600, first_rank=1, logs=self.logs)
             if kind != "done":
                 raise RuntimeError(f"trainer rank failed:\n{payload}")
         self.comm = self.allreduce.take()
@@ -181,9 +185,10 @@ class DataParallelTrainers:
 
 
 def _rank_main(rank: int, world: int, rendezvous: str, kwargs: dict, optimizer: dict, seed: int,
-               window_size: int, inbox: Any, outbox: Any) -> None:
+               window_size: int, inbox: Any, outbox: Any, log_file: Path | None = None) -> None:
     import traceback
 
+    log_to(log_file)
     configure_torch(1)
     # the rank's own symmetry draws (a fresh process's torch generator is seeded at random)
     torch.manual_seed(int(np.random.SeedSequence([seed, rank]).generate_state(1)[0]))
@@ -200,6 +205,7 @@ def _rank_main(rank: int, world: int, rendezvous: str, kwargs: dict, optimizer: 
                 window.add(task[1])
                 continue
             _, steps, learner.updates = task  # rank 0's count: the same learning rate
+            log.info("%d update steps from update %d", steps, learner.updates)
             with learner.trained_through(ddp):
                 for _ in range(steps):
                     updates.step()

@@ -22,7 +22,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME  # no
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH  # noqa: E402
 
 from hetrl.faults import Fault  # noqa: E402
-from hetrl.tracking.store_watch import StoreWatch  # noqa: E402
+from hetrl.tracking.store_watch import StoreWatch, why_no_answer  # noqa: E402
 from hetrl.stopping import deferred_stops  # noqa: E402
 from hetrl.tracking.base import REFERENCE_TAG  # noqa: E402
 from hetrl.tracking.metadata import system_tags  # noqa: E402
@@ -124,7 +124,8 @@ def check_server(uri: str, experiment: str = "Default") -> None:
                 time.sleep(1.0)
                 continue
             _SILENT.add(uri)
-            raise Fault(f"tracking.uri={uri} does not answer ({_why(error)}): is the tracking "
+            why = why_no_answer(error, SERVER_WAIT_S)
+            raise Fault(f"tracking.uri={uri} does not answer ({why}): is the tracking "
                         f"server up, at that host and port? {start}, or track to a local "
                         "store: tracking.uri=sqlite:///runs/mlflow.db") from None
     if response.status_code == 200 or (
@@ -139,19 +140,6 @@ def check_server(uri: str, experiment: str = "Default") -> None:
                     f"or start it with --allowed-hosts {urlsplit(uri).netloc}")
     raise Fault(f"tracking.uri={uri} answered HTTP {response.status_code}, not as an MLflow "
                 f"tracking server: {text!r}; is that the port of one? {start}")
-
-
-def _why(error: Exception) -> str:
-    """A few words for why a request got no answer."""
-    text = str(error)
-    for words, why in (("refused", "connection refused"),
-                       ("Name or service not known", "unknown host"),
-                       ("NameResolution", "unknown host"), ("getaddrinfo", "unknown host"),
-                       ("timed out", f"no answer within {SERVER_WAIT_S:.0f} s"),
-                       ("Timeout", f"no answer within {SERVER_WAIT_S:.0f} s")):
-        if words in text:
-            return why
-    return text[:200]
 
 
 def store_uri(uri: str) -> str:
@@ -362,16 +350,19 @@ class MlflowTracker:
             return
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
-        for i in range(0, len(items), 1000):
-            self.client.log_batch(self.run_id, metrics=items[i : i + 1000])
+        with self.store.writing():
+            for i in range(0, len(items), 1000):
+                self.client.log_batch(self.run_id, metrics=items[i : i + 1000])
 
     def log_artifact(self, path: Path, folder: str | None = None) -> None:
         if not self.store.lost:
-            self.client.log_artifact(self.run_id, str(path), folder)
+            with self.store.writing():
+                self.client.log_artifact(self.run_id, str(path), folder)
 
     def log_text(self, text: str, name: str) -> None:
         if not self.store.lost:
-            self.client.log_text(self.run_id, text, name)
+            with self.store.writing():
+                self.client.log_text(self.run_id, text, name)
 
     def end(self, status: str) -> None:
         """Close the run; one that finishes after a resume drops the error.txt of the failure

@@ -1,0 +1,75 @@
+"""Each worker process's own log, beside the job's log file (`workers/<name>.log`): what it
+does (a line a task), what it and its libraries log, Python's warnings and a native crash's
+stack. A worker that dies or hangs is then named with the last line it wrote, where the
+job's log, shared by every process, would not tell whose line is whose."""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+from pathlib import Path
+from typing import Sequence
+
+log = logging.getLogger("hetrl.worker")  # a worker's own lines: its log file only
+FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # the job log's (Hydra's)
+
+
+def worker_log(name: str) -> Path | None:
+    """Where worker `name` logs: beside the job's log file (the root logger's first file
+    handler to a regular file, not os.devnull); None where the job logs to no file (hetrl
+    used as a library)."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).is_file():
+            return Path(handler.baseFilename).parent / "workers" / f"{name}.log"
+    return None
+
+
+def log_to(path: Path | None) -> None:
+    """The worker's first call: from now on its records (`log`'s, and the root logger's from
+    INFO up), warnings and a fatal error's stack are written to `path` too, line by line."""
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stream = path.open("a", buffering=1)  # open for the process's life (faulthandler)
+    except OSError as error:  # the worker works on without a log of its own
+        logging.getLogger("hetrl").warning("%s: no log of its own (%s)", path.stem, error)
+        return
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter(FORMAT))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    if root.level == logging.NOTSET or root.level > logging.INFO:  # a spawned worker's
+        root.setLevel(logging.INFO)
+    log.addHandler(handler)
+    log.propagate = False  # not into the job's log or terminal a forked worker inherited
+    logging.captureWarnings(True)
+    faulthandler.enable(stream)
+    log.info("%s started (pid %d)", path.stem, os.getpid())
+
+
+def last_words(path: Path | None) -> str:
+    """The last line of the worker's log at `path`, for a message naming the worker: `its
+    last log line: '...' (path)`; "" where it has no log."""
+    if path is None:
+        return ""
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        lines = []
+    if not lines:
+        return f"it logged nothing ({path})"
+    return f"its last log line: {lines[-1].strip()[-300:]!r} ({path})"
+
+
+def said(path: Path | None) -> str:
+    """`; <last_words>` to add to a worker's name, or nothing."""
+    words = last_words(path)
+    return f"; {words}" if words else ""
+
+
+def look_in(logs: Sequence[Path | None]) -> str:
+    """Where a dead worker's last words are: quoted beside its name where it has a log of its
+    own, else the job's log."""
+    return "" if any(logs) else "its last words, if any, are in the job's log above; "
