@@ -179,8 +179,10 @@ def _compile_and_time(learner: Learner, mode: str, updates: int | None, batch: A
 def time_updates(updates: dict[str, Callable[[], Any]], learner: Learner,
                  context: Callable[[], contextlib.AbstractContextManager],
                  warmup: int = 3, repeats: int = 15) -> dict[str, float]:
-    """Median seconds of each update, taking turns, each counted as the update step counts;
-    the learner is put back as it was (`unchanged`): timing trains nothing."""
+    """Median seconds of each update, taking turns, each turn on the next update count (so
+    each update meets every form of a rule that changes with the count: TD3's delayed actor
+    on every other turn); the learner is put back as it was (`unchanged`): timing trains
+    nothing."""
     samples: dict[str, list[float]] = {name: [] for name in updates}
     with unchanged(learner):
         for i in range(warmup + repeats):
@@ -192,7 +194,7 @@ def time_updates(updates: dict[str, Callable[[], Any]], learner: Learner,
                     torch.cuda.synchronize(learner.device)
                 if i >= warmup:
                     samples[name].append(perf_counter() - start)
-                learner.updates += 1
+            learner.updates += 1
     return {name: float(np.median(s)) for name, s in samples.items()}
 
 
