@@ -43,6 +43,7 @@ WORKLOADS = {
                                                   "precision=mixed"),
     "DDPG-Pendulum [64,64], batch 256": ("algo=ddpg", "env=pendulum", "algo.hidden=[64,64]"),
     "TD3-Pendulum [400,300], batch 256": ("algo=td3", "env=pendulum"),
+    "TD3-Pendulum [64,64], batch 256": ("algo=td3", "env=pendulum", "algo.hidden=[64,64]"),
     "D4PG-Pendulum, batch 256": ("algo=d4pg", "env=pendulum"),
     "PPO-CartPole [64,64], batch 64": ("algo=ppo",),
     "MADDPG simple_spread, 3 agents, batch 1024": ("algo=maddpg", "env=simple_spread",

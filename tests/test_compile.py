@@ -9,11 +9,12 @@ from __future__ import annotations
 import copy
 from contextlib import nullcontext
 
+import numpy as np
 import pytest
 import torch
 from helpers import build_job
 
-from hetrl.algos.base import Learner
+from hetrl.algos.base import Batch, Learner
 from hetrl.compiled import toolchain
 from hetrl.compiled.choose import choose_update, compiler, job_batch
 from hetrl.compiled.step import GraphStep
@@ -42,14 +43,27 @@ def _learner(algo: str) -> tuple[Learner, dict]:
 
 
 def _batches(learner: Learner, spaces: dict, n: int = 4) -> list:
-    return [random_batch(learner, **spaces, n=learner.batch_size, device=learner.device,
-                         seed=seed) for seed in range(n)]
+    """Batches of the learner's kind; a replay's batches as a prioritized replay samples
+    them (rows' slots, importance weights in (0, 1], some terminal rows), so the weighted
+    losses and the TD errors handed back as priorities are compared too."""
+    batches = [random_batch(learner, **spaces, n=learner.batch_size, device=learner.device,
+                            seed=seed) for seed in range(n)]
+    if not isinstance(batches[0], Batch):
+        return batches
+    rows = learner.batch_size
+    draw = torch.Generator().manual_seed(0)
+    return [b._replace(indices=np.arange(rows), weights=torch.rand(rows, generator=draw) + 0.01,
+                       terminated=(torch.rand(b.terminated.shape, generator=draw) < 0.1).float())
+            for b in batches]
 
 
-def _train(learner: Learner, batches: list, updates: int, start: int = 0) -> None:
+def _train(learner: Learner, batches: list, updates: int, start: int = 0) -> list[dict]:
+    """`updates` updates through the update step; the metrics of each."""
+    metrics = []
     for u in range(start, start + updates):
         torch.manual_seed(u)  # the same draws (TD3's smoothing, MADDPG's Gumbel) either way
-        learn(learner, batches[u % len(batches)])
+        metrics.append(learn(learner, batches[u % len(batches)]))
+    return metrics
 
 
 def _max_difference(a: Learner, b: Learner) -> float:
@@ -64,11 +78,18 @@ def test_every_learner_updates_the_same_compiled_and_eager(algo):
     eager, compiled = copy.deepcopy(learner), copy.deepcopy(learner)
     compiled.compiled_step = GraphStep(compiled, None)  # the functional graph, uncompiled
     batches = _batches(learner, spaces)
-    _train(eager, batches, 100)
-    _train(compiled, batches, 100)
+    eager_metrics = _train(eager, batches, 100)
+    compiled_metrics = _train(compiled, batches, 100)
     assert eager.updates == compiled.updates == 100
     assert _max_difference(eager, compiled) < 1e-5
     assert _max_difference(eager, learner) > 1e-3  # it trained
+    # every update's metrics alike: the TD errors handed back as new priorities (each update
+    # of a replay's learner), a delayed stage's carried between its runs
+    replayed = isinstance(batches[0], Batch)
+    assert all(("td_errors" in m) == replayed for m in eager_metrics)
+    for e, c in zip(eager_metrics, compiled_metrics):
+        assert e.keys() == c.keys()
+        assert all(torch.allclose(e[k], c[k], rtol=1e-4, atol=1e-5) for k in e), (e, c)
 
 
 def test_a_checkpoint_moves_from_eager_to_compiled_and_back():
@@ -95,12 +116,40 @@ def test_the_update_step_counts_updates_and_the_learner_does_not():
     assert learner.updates == 1
 
 
+def _state(learner: Learner) -> dict:
+    return copy.deepcopy({**learner.checkpoint(), "rng": torch.get_rng_state()})
+
+
+def _assert_same_state(before: dict, learner: Learner) -> None:
+    after = _state(learner)
+    assert after["updates"] == before["updates"]
+    assert torch.equal(after["rng"], before["rng"])
+    for key, value in before["modules"].items():
+        assert torch.equal(value, after["modules"][key]), key
+    assert after["optimizers"] == before["optimizers"]  # no state: nothing stepped
+
+
 def test_auto_stays_eager_at_once_where_the_budget_cannot_repay_a_compile():
     learner, spaces = _learner("dqn")
+    before = _state(learner)
     choice = choose_update(learner, "auto", 50, job_batch(learner, spaces), nullcontext)
     assert not choice.compiled and learner.compiled_step is None
     assert "50 updates" in choice.reason and "less than compiling" in choice.reason
     assert set(choice.metrics()) == {"host/update_eager_s"}
+    _assert_same_state(before, learner)  # timing the eager update trained nothing
+
+
+def test_auto_times_the_update_without_training_the_job_on_its_probe(tmp_path, monkeypatch):
+    """A budget worth weighing, on a machine that never compiled the update (an empty
+    cache): eager, after timing the eager update, and the job's learner is as it was built
+    (the probe batch is random: 20 Adam steps on it once cost DQN-CartPole with prioritized
+    replay its learning, 108 against eager's 195)."""
+    monkeypatch.setenv(toolchain.CACHE_ENV, str(tmp_path))
+    learner, spaces = _learner("dqn")
+    before = _state(learner)
+    choice = choose_update(learner, "auto", 20_000, job_batch(learner, spaces), nullcontext)
+    assert not choice.compiled and "not compiled on this machine yet" in choice.reason
+    _assert_same_state(before, learner)
 
 
 def test_without_a_compiler_auto_falls_back_and_true_fails_naming_it():

@@ -19,7 +19,7 @@ import json
 import logging
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -152,18 +152,13 @@ def _compile_and_time(learner: Learner, mode: str, updates: int | None, batch: A
                       context: Callable[[], contextlib.AbstractContextManager]) -> UpdateChoice:
     step = GraphStep(learner, compiler(learner.device))
     record = last_compile(learner, batch)
-    saved = copy.deepcopy(learner.checkpoint())
-    rngs = rng_states()
-    try:
+    with unchanged(learner):
         start = perf_counter()
         with context():
             step(batch)
         compile_s = perf_counter() - start
-        times = time_updates({"eager": lambda: learner.eager_update(batch),
-                        "compiled": lambda: step(batch)}, learner, context)
-    finally:
-        learner.restore(saved)
-        set_rng_states(rngs)
+    times = time_updates({"eager": lambda: learner.eager_update(batch),
+                          "compiled": lambda: step(batch)}, learner, context)
     eager_s, compiled_s = times["eager"], times["compiled"]
     _remember(_key(learner, batch), compile_s, compiled_s / eager_s, warm=record is not None)
     faster = compiled_s < eager_s
@@ -184,11 +179,12 @@ def _compile_and_time(learner: Learner, mode: str, updates: int | None, batch: A
 def time_updates(updates: dict[str, Callable[[], Any]], learner: Learner,
                  context: Callable[[], contextlib.AbstractContextManager],
                  warmup: int = 3, repeats: int = 15) -> dict[str, float]:
-    """Median seconds of each update, taking turns, each counted as the update step counts
-    (the learner's count and every RNG are put back)."""
+    """Median seconds of each update, taking turns, each turn on the next update count (so
+    each update meets every form of a rule that changes with the count: TD3's delayed actor
+    on every other turn); the learner is put back as it was (`unchanged`): timing trains
+    nothing."""
     samples: dict[str, list[float]] = {name: [] for name in updates}
-    count, rngs = learner.updates, rng_states()
-    try:
+    with unchanged(learner):
         for i in range(warmup + repeats):
             for name, update in updates.items():
                 start = perf_counter()
@@ -198,11 +194,23 @@ def time_updates(updates: dict[str, Callable[[], Any]], learner: Learner,
                     torch.cuda.synchronize(learner.device)
                 if i >= warmup:
                     samples[name].append(perf_counter() - start)
-                learner.updates += 1
-    finally:
-        learner.updates = count
-        set_rng_states(rngs)
+            learner.updates += 1
     return {name: float(np.median(s)) for name, s in samples.items()}
+
+
+@contextlib.contextmanager
+def unchanged(learner: Learner) -> Iterator[None]:
+    """The updates inside the block (timing probes, on a random batch of the job's shapes)
+    leave no trace: the learner's parameters, optimizer state, update count and carried
+    metrics, and every RNG, are put back as they were."""
+    saved = copy.deepcopy((learner.checkpoint(), learner.carried_metrics))
+    rngs = rng_states()
+    try:
+        yield
+    finally:
+        checkpoint, learner.carried_metrics = saved
+        learner.restore(checkpoint)
+        set_rng_states(rngs)
 
 
 def job_batch(learner: Learner, spaces: dict[str, gym.Space], replay: object = None) -> Any:

@@ -1,14 +1,16 @@
 """A learner's declared update (`hetrl.algos.rule`) as one function of tensors: each stage's
 loss and its gradient (`torch.func.grad_and_value` of the learner called through
 `torch.func.functional_call`), its gradient clipped, its optimizer's arithmetic
-(`hetrl.compiled.optim`), then the target syncs, every parameter, optimizer state and
-carried metric written back in place at the end. Compiled by `torch.compile`, the whole
+(`hetrl.compiled.optim`), then the target syncs, every parameter and optimizer state
+written back in place at the end. Compiled by `torch.compile`, the whole
 update is one graph: forward, gradient, optimizer and targets, with no Python in between.
 
 The state is the learner's own (its parameters, its torch optimizers' state tensors), so
 the eager update and this one take turns on it freely, and a checkpoint of either restores
-into the other. The update count is a tensor, and a stage's `when` a `torch.where` choice:
-no step compiles the graph again."""
+into the other. The update count is a tensor (no step compiles the graph again); the stages
+an update runs are chosen outside the graph, by the count: each set of them (TD3's critics
+alone, and its critics and actor) is a graph of its own, with no branch on data in it. A
+target sync's `when` is a `torch.where` choice inside the graph."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value
 
 from hetrl.algos.base import Learner, Metrics
-from hetrl.algos.rule import Stage, TargetSync
+from hetrl.algos.rule import Stage, TargetSync, due
 from hetrl.compiled.optim import FunctionalOptimizer, Unsupported, clip_grad_norm, functional
 
 Compiler = Callable[[Callable], Callable]
@@ -63,9 +65,9 @@ def unsupported(learner: Learner) -> str | None:
 
 
 class GraphStep:
-    """`learner`'s update as one function, compiled by `compiler` (None: run as it is); a
-    learner whose stages change from update to update (MADDPG's trainer takes turns) gets one
-    graph for each `learner.graph_key()`."""
+    """`learner`'s update as one function, compiled by `compiler` (None: run as it is). An
+    update's form is the learner's `graph_key()` (MADDPG's trainer takes turns) and the
+    stages due on its count: each form gets a graph of its own."""
 
     def __init__(self, learner: Learner, compiler: Compiler | None) -> None:
         self.learner, self.compiler = learner, compiler
@@ -76,8 +78,8 @@ class GraphStep:
         self.index = {id(t): name for name, t in named}
         self.count = torch.zeros((), dtype=torch.int64, device=learner.device)
         self.expected = -1
-        self.fns: dict[int, Callable] = {}
-        self.stages: dict[int, list[Stage]] = {}
+        self.fns: dict[tuple[int, tuple[bool, ...]], Callable] = {}
+        self.declared: dict[int, tuple[list[Stage], list[TargetSync]]] = {}
         self.rules: dict[int, FunctionalOptimizer] = {}  # by id of the stage
         self.trained: dict[int, list[torch.Tensor]] = {}
         self.lrs: dict[int, tuple[float, torch.Tensor]] = {}
@@ -85,20 +87,32 @@ class GraphStep:
     def __call__(self, batch: Any) -> Metrics:
         learner = self.learner
         key = learner.graph_key()
-        fn = self.fns.get(key)
+        if key not in self.declared:
+            self._declare(key, learner.stages(), learner.targets())
+        stages, syncs = self.declared[key]
+        runs = tuple(due(stage.when, learner.updates) for stage in stages)
+        fn = self.fns.get((key, runs))
         if fn is None:
-            fn = self.fns[key] = self._make(learner.stages(), learner.targets())
+            fn = self.fns[key, runs] = self._make(stages, runs, syncs)
         if learner.updates != self.expected:  # restored, or counted elsewhere
             self.count.fill_(learner.updates)
         self.expected = learner.updates + 1
-        stages = self.stages[key]
+        ran = [stage for stage, run in zip(stages, runs) if run]
         timer, learner.timer = learner.timer, _NoTimer()
         try:
-            return fn(self.values, [self._state(s) for s in stages],
-                      [self._lr(s) for s in stages], self.count,
-                      [self._carried(s) for s in stages], _without_indices(batch))
+            metrics = fn(self.values, [self._state(s) for s in ran], [self._lr(s) for s in ran],
+                         self.count, _without_indices(batch))
         finally:
             learner.timer = timer
+        for stage, run in zip(stages, runs):  # as eager: a skipping stage's metrics carried
+            if stage.when is None:
+                continue
+            if run:
+                # a copy: a CUDA graph's outputs are overwritten by its next replay
+                learner.carry({name: metrics[name].clone() for name in stage.carried})
+            else:
+                metrics.update(learner.carried(stage))
+        return metrics
 
     def _optimizer(self, stage: Stage) -> torch.optim.Optimizer:
         return getattr(self.learner, stage.optimizer)
@@ -129,26 +143,23 @@ class GraphStep:
             self.lrs[id(stage)] = (lr, tensor)
         return tensor
 
-    def _carried(self, stage: Stage) -> list[torch.Tensor]:
-        learner = self.learner
-        for name in stage.carried:
-            if name not in learner.carried_metrics:
-                learner.carried_metrics[name] = torch.zeros((), device=learner.device)
-        return [learner.carried_metrics[name] for name in stage.carried]
-
-    def _make(self, stages: list[Stage], syncs: list[TargetSync]) -> Callable:
-        """The update function of these stages and syncs (compiled)."""
+    def _declare(self, key: int, stages: list[Stage], syncs: list[TargetSync]) -> None:
+        """Keep the learner's declaration of form `key`, each stage's optimizer rule, learning
+        rate and trained parameters."""
+        self.declared[key] = (stages, syncs)
         for stage in stages:
             optimizer = self._optimizer(stage)
             self.rules[id(stage)] = functional(optimizer)
             lr = optimizer.param_groups[0]["lr"]
             self.lrs[id(stage)] = (lr, torch.tensor(lr, dtype=torch.float64))
-        self.stages[self.learner.graph_key()] = stages
-        for stage in stages:
             self.trained[id(stage)] = self._trained(stage)
-        owned = [[self.index[id(p)] for p in self.trained[id(s)]] for s in stages]
-        rules = [self.rules[id(s)] for s in stages]
-        update = self._update_fn(stages, syncs, owned, rules)
+
+    def _make(self, stages: list[Stage], runs: tuple[bool, ...],
+              syncs: list[TargetSync]) -> Callable:
+        """The update function of the stages that run and the syncs (compiled)."""
+        ran = [stage for stage, run in zip(stages, runs) if run]
+        owned = [[self.index[id(p)] for p in self.trained[id(s)]] for s in ran]
+        update = self._update_fn(ran, syncs, owned, [self.rules[id(s)] for s in ran])
         return update if self.compiler is None else self.compiler(update)
 
     def _update_fn(self, stages: list[Stage], syncs: list[TargetSync],
@@ -157,13 +168,11 @@ class GraphStep:
         params = {name for name, _ in self.learner.named_parameters()}
 
         def update(values: list[torch.Tensor], states: list[dict[str, list[torch.Tensor]]],
-                   lrs: list[torch.Tensor], count: torch.Tensor,
-                   carried: list[list[torch.Tensor]], batch: Any) -> Metrics:
+                   lrs: list[torch.Tensor], count: torch.Tensor, batch: Any) -> Metrics:
             live = dict(zip(names, values))
             metrics: Metrics = {}
             writes: list[tuple[torch.Tensor, torch.Tensor]] = []
-            for stage, mine, rule, state, lr, kept in zip(stages, owned, rules, states, lrs,
-                                                          carried):
+            for stage, mine, rule, state, lr in zip(stages, owned, rules, states, lrs):
                 def loss_of(trained: dict[str, torch.Tensor], rest: dict[str, torch.Tensor],
                             stage: Stage = stage) -> Any:
                     # `rest` an input, not captured: a BatchNorm in training mode updates
@@ -179,15 +188,9 @@ class GraphStep:
                     g = clip_grad_norm(g, stage.max_grad_norm)
                 new_params, new_state = rule.step([live[n] for n in mine], g, state,
                                                   lr.to(g[0].device))
-                runs = None if stage.when is None else stage.when(count)
-                for name, p in zip(mine, new_params):
-                    live[name] = _chosen(runs, p, live[name])
+                live.update(zip(mine, new_params))
                 for key in rule.keys:
-                    writes += [(old, _chosen(runs, new, old))
-                               for old, new in zip(state[key], new_state[key])]
-                for name, old in zip(stage.carried, kept):
-                    out[name] = _chosen(runs, out[name], old)
-                    writes.append((old, out[name]))
+                    writes += zip(state[key], new_state[key])
                 metrics.update(out)
             for sync in syncs:
                 _sync(live, params, sync, count)
@@ -203,7 +206,7 @@ class GraphStep:
 
 
 def _chosen(runs: torch.Tensor | None, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    """`new` where the stage ran on this update, else `old`."""
+    """`new` where the sync runs on this update, else `old`."""
     return new if runs is None else torch.where(runs, new, old)
 
 
