@@ -13,6 +13,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from hetrl import CONF_DIR
+from hetrl.algos.mcts import SearchConfig
+from hetrl.config.algo import SearchSchema
 from hetrl.config.run import RunConfig
 from hetrl.config.store import SCHEMAS
 from hetrl.options import group_options, option_class, option_schema, option_yaml
@@ -103,6 +105,15 @@ def test_constructors_repeat_no_default_of_their_config(group):
                     twins.append(f"{group}={name}: {owner.__name__}({param.name}="
                                  f"{param.default!r})")
     assert not twins, twins
+
+
+def test_the_search_has_its_defaults_once():
+    """MiniGo's search parameters default in their schema alone: the search's own config
+    derives from `SearchSchema` and declares no field again (no second set of defaults)."""
+    assert issubclass(SearchConfig, SearchSchema)
+    assert not vars(SearchConfig).get("__annotations__")
+    assert [f.name for f in dataclasses.fields(SearchConfig)] == [
+        f.name for f in dataclasses.fields(SearchSchema)]
 
 
 @pytest.mark.parametrize("module", ["hetrl.config.store", "hetrl.__main__"])

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from types import SimpleNamespace
 
 import numpy as np
 
+from hetrl.config.algo import SearchSchema
 from hetrl.envs.go import GoGame, GoPosition
 
 Evaluator = Callable[[Sequence[GoPosition]], tuple[np.ndarray, np.ndarray]]
@@ -32,25 +33,14 @@ Evaluator = Callable[[Sequence[GoPosition]], tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass
-class SearchConfig:
-    """MiniGo's search parameters (spec C.1.9); readouts per move are `readouts` on full
-    moves and `fast_readouts` on fast ones (playout-cap randomization)."""
-
-    readouts: int = 64
-    fast_readouts: int = 16
-    fastplay_frequency: float = 0.75  # share of moves searched fast (not trained on)
-    virtual_losses: int = 4  # leaves one game selects per round
-    c_puct_base: float = 19652.0
-    c_puct_init: float = 1.25
-    value_init_penalty: float = 0.2
-    dirichlet_alpha: float | None = None  # None: 0.03 * 361 / (N*N + 1) (MiniGo's scaling)
-    noise_mix: float = 0.25
-    softpick_moves: int | None = None  # None: (N*N // 12) // 2 * 2 (6 on 9x9)
-    resign_threshold: float = -0.9  # resign when the root's Q for the mover is below it
-    resign_disable_pct: float = 0.1  # games that never resign (to check false resigns)
-    pass_when_done: bool = False  # pass only once every other legal move fills an own eye
+class SearchConfig(SearchSchema):
+    """MiniGo's search parameters (spec C.1.9), with their defaults and checks where the
+    config declares them (`hetrl.config.algo.SearchSchema`), and the values they imply on a
+    board; readouts per move are `readouts` on full moves and `fast_readouts` on fast ones
+    (playout-cap randomization)."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _kernels()  # loaded (or compiled) now, not in the first search
 
     def alpha(self, game: GoGame) -> float:
@@ -274,7 +264,7 @@ def run_searches(searches: list[Search], evaluate: Evaluator, cfg: SearchConfig,
 
 def eval_config(cfg: SearchConfig, readouts: int) -> SearchConfig:
     """`cfg` at `readouts` readouts a move: the search an evaluation plays with."""
-    return SearchConfig(**{**vars(cfg), "readouts": readouts})
+    return replace(cfg, readouts=readouts)
 
 
 def choose_move(policy: np.ndarray, moves: int, softpicks: int,

@@ -204,8 +204,9 @@ class PPOConfig(A2CConfig):
 
 @dataclass
 class SearchSchema:
-    """MiniGo's search (spec C.1.9; `hetrl.algos.mcts.SearchConfig`). A nested node has its
-    defaults here (the algo's YAML sets the ones it changes)."""
+    """MiniGo's search (spec C.1.9). A nested node has its defaults here (the algo's YAML
+    sets the ones it changes), and only here: the search's `hetrl.algos.mcts.SearchConfig`
+    is this schema with the search's methods, declaring no field of its own."""
 
     readouts: int = 64  # per full move
     fast_readouts: int = 16  # per fast move (playout-cap randomization)
