@@ -3,6 +3,8 @@ MiniGo's window of generations keeps the last ones and samples a rank's share of
 
 from types import SimpleNamespace
 
+import threading
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ from helpers import compose_job, run_job
 from hetrl.build import check_replay_memory
 from hetrl.config.errors import ConfigError
 from hetrl.precision.uniform import UniformPrecision
+from hetrl.replay.loader import WindowLoader
 from hetrl.replay.uniform import UniformReplay
 from hetrl.replay.window import GenerationWindow
 from hetrl.scheduler.state import LoopState
@@ -147,3 +150,58 @@ def test_the_update_step_samples_a_ranks_share_of_the_batch():
     for ranks in (1, 2, 3):
         Updates(learner, window, UniformPrecision("float32"), LoopState(), ranks).step()
     assert seen == [8, 4, 2]
+
+
+class _ReadsRecorded(GenerationWindow):
+    """A window that counts its draws and records the thread each read runs on."""
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.draws, self.readers = 0, []
+
+    def draw(self, n: int) -> np.ndarray:
+        self.draws += 1
+        return super().draw(n)
+
+    def read(self, rows: np.ndarray):
+        self.readers.append(threading.current_thread().name)
+        return super().read(rows)
+
+
+def _rows(n: int) -> tuple:
+    """`n` go5 positions, each row's planes, policy and result distinct."""
+    planes = np.arange(n * 12 * 25, dtype=np.int64).reshape(n, 12, 5, 5).astype(np.uint8)
+    pis = np.random.default_rng(1).dirichlet(np.ones(26), size=n).astype(np.float32)
+    return (0, planes, pis, np.arange(n, dtype=np.float32))
+
+
+def test_the_window_loader_yields_the_direct_reads_one_ahead():
+    """Inside a pass each batch is the one a direct read of the same seeded window gives,
+    the next one read already on the loader's thread; the window's generator draws no more
+    than the direct reads, so what follows training draws the same."""
+    loaded = _ReadsRecorded(1, np.random.default_rng(7), [_rows(40)])
+    direct = GenerationWindow(1, np.random.default_rng(7), [_rows(40)])
+    loader = WindowLoader(loaded)
+    with loader.reading(4):
+        for k in range(4):
+            batch, expected = loader.sample(16), direct.sample(16)
+            for got, want in zip(batch, expected):
+                assert got.equal(want)
+            assert loaded.draws == min(k + 2, 4)  # the next batch is on its way
+    assert loaded.readers == ["window-loader_0"] * 4
+    assert loaded.rng.integers(1 << 30) == direct.rng.integers(1 << 30)
+    assert loader.sample(8).zs.equal(direct.sample(8).zs)  # outside a pass: a direct read
+
+
+def test_the_update_step_trains_on_the_loaders_batches():
+    """The selfplay loop's train phase: `Updates` samples the loader inside a pass."""
+    seen = []
+    learner = SimpleNamespace(device=torch.device("cpu"), batch_size=8, updates=0,
+                              update=lambda batch: seen.append(batch.zs) or {})
+    loader = WindowLoader(GenerationWindow(1, np.random.default_rng(3), [_rows(30)]))
+    direct = GenerationWindow(1, np.random.default_rng(3), [_rows(30)])
+    updates = Updates(learner, loader, UniformPrecision("float32"), LoopState())
+    with loader.reading(3):
+        for _ in range(3):
+            updates.step()
+    assert [zs.tolist() for zs in seen] == [direct.sample(8).zs.tolist() for _ in range(3)]

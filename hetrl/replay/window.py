@@ -14,7 +14,8 @@ Generation = tuple[int, np.ndarray, np.ndarray, np.ndarray]
 
 class GenerationWindow:
     """The positions of the last `size` generations; `sample(n)` draws min(n, positions)
-    rows uniformly, with replacement, from `rng`.
+    rows uniformly, with replacement, from `rng` (`draw`) and reads them (`read`); the
+    trainers read it through `hetrl.replay.loader.WindowLoader`, one batch ahead.
 
     `generations` is the list the loop checkpoints (`SelfPlayProgress.window`); the
     window adds to it and trims it in place, so the checkpoint always holds the window."""
@@ -36,7 +37,16 @@ class GenerationWindow:
         return len(self._zs)
 
     def sample(self, n: int) -> PositionBatch:
-        rows = self.rng.integers(len(self), size=min(n, len(self)))
+        """A direct read: `read(draw(n))`."""
+        return self.read(self.draw(n))
+
+    def draw(self, n: int) -> np.ndarray:
+        """The rows of a batch of min(n, positions), drawn from `rng`."""
+        return self.rng.integers(len(self), size=min(n, len(self)))
+
+    def read(self, rows: np.ndarray) -> PositionBatch:
+        """The positions at `rows`, copied out of the window (safe on another thread: the
+        window changes only between generations' training)."""
         return PositionBatch(torch.from_numpy(self._planes[rows]),
                              torch.from_numpy(self._pis[rows]), torch.from_numpy(self._zs[rows]))
 

@@ -38,6 +38,7 @@ from hetrl.actors.worker_logs import log, log_to, worker_log
 from hetrl.actors.workers import next_answer, starting, stop_workers
 from hetrl.algos.alphazero import AlphaZero, make_learner
 from hetrl.precision.uniform import UniformPrecision
+from hetrl.replay.loader import WindowLoader
 from hetrl.replay.window import Generation, GenerationWindow
 from hetrl.runtime import configure_torch
 from hetrl.scheduler.state import LoopState
@@ -198,15 +199,16 @@ def _rank_main(rank: int, world: int, rendezvous: str, kwargs: dict, optimizer: 
         init_group(rank, world, rendezvous)
         ddp, timer = data_parallel(learner.net)  # the same hook on every rank
         window = GenerationWindow(window_size, np.random.default_rng([seed, rank]))
+        loader = WindowLoader(window)  # as rank 0's: a batch read ahead
         # fp32: the run's precision (autocast, loss scaling) is applied on rank 0 alone
-        updates = Updates(learner, window, UniformPrecision("float32"), LoopState(), world)
+        updates = Updates(learner, loader, UniformPrecision("float32"), LoopState(), world)
         while (task := inbox.get()) is not None:
             if task[0] == "generation":
                 window.add(task[1])
                 continue
             _, steps, learner.updates = task  # rank 0's count: the same learning rate
             log.info("%d update steps from update %d", steps, learner.updates)
-            with learner.trained_through(ddp):
+            with learner.trained_through(ddp), loader.reading(steps):
                 for _ in range(steps):
                     updates.step()
             timer.take()  # rank 0's figures are the ones logged

@@ -14,7 +14,9 @@ Each generation:
    into the window (C.1.4's "write each game as it ends").
 2. **Train** `train_steps` updates on batches drawn uniformly from the window's positions
    (the last `window` generations, `hetrl.replay.window`; MLPerf's W = 5), each one the
-   update step every replay-based loop takes (`hetrl.scheduler.updates.Updates`).
+   update step every replay-based loop takes (`hetrl.scheduler.updates.Updates`), reading
+   its batches through `hetrl.replay.loader.WindowLoader`: the next batch is copied out of
+   the window on a thread while the current one trains.
 3. **Gate.** The trained network plays `best` over `gating_games` games, colours
    alternating; it becomes `best` if it wins at least `gating_win_rate` of them (MLPerf
    0.49; `gating_games: 0` accepts every generation).
@@ -62,6 +64,7 @@ from hetrl.algos.pure_mcts import PureMcts
 from hetrl.config.enums import Agents
 from hetrl.envs.go import GoGame
 from hetrl.envs.go_groups import area_owner
+from hetrl.replay.loader import WindowLoader
 from hetrl.replay.window import Generation, GenerationWindow
 from hetrl.scheduler.base import LoopNeeds
 from hetrl.scheduler.context import Training, loop_metrics, report_placement
@@ -166,7 +169,8 @@ class Generations:
         self.rng = np.random.default_rng(t.seed + 1000 * self.progress.generation)
         # batches are drawn from the loop's generator too
         self.window = GenerationWindow(cfg.window, self.rng, self.progress.window)
-        self.updates = Updates(learner, self.window, t.precision, state, cfg.trainers)
+        self.loader = WindowLoader(self.window)  # what the update step reads, a batch ahead
+        self.updates = Updates(learner, self.loader, t.precision, state, cfg.trainers)
         self.pool: SelfPlayPool | None = selfplay_pool(t.actors, cfg.workers, self.game,
                                                        learner, t.seed)
         if self.pool is not None:
@@ -223,12 +227,14 @@ class Generations:
             self.trainers.add_generation(generation)
 
     def train(self, g: GenerationLog) -> None:
-        """`train_steps` updates on batches of the window (on every trainer rank)."""
+        """`train_steps` updates on batches of the window, each read while the one before
+        it trains (on every trainer rank)."""
         start = time.perf_counter()
+        steps = self.cfg.train_steps
         if len(self.window) > 0:  # no position yet (no full-readout move): no batch
-            with (self.trainers.training(self.cfg.train_steps) if self.trainers is not None
-                  else nullcontext()):
-                for _ in range(self.cfg.train_steps):
+            with (self.trainers.training(steps) if self.trainers is not None
+                  else nullcontext()), self.loader.reading(steps):
+                for _ in range(steps):
                     g.learner_metrics = self.updates.step()
         g.train_s = time.perf_counter() - start
         g.comm = self.trainers.comm if self.trainers is not None else {}

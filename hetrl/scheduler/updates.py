@@ -16,7 +16,7 @@ from hetrl.scheduler.state import LoopState
 from hetrl.timing import PhaseTimer
 
 if TYPE_CHECKING:
-    from hetrl.replay.window import GenerationWindow
+    from hetrl.replay.loader import WindowLoader
 
 
 class Updates:
@@ -28,10 +28,10 @@ class Updates:
 
     `owed` reads an `OffPolicyLearner`'s schedule; MiniGo's loop, whose AlphaZero trains a
     fixed number of steps a generation, calls `step` alone, on its window of generations
-    (`hetrl.replay.window`). Trained data-parallel over `ranks` ranks, each rank's step
+    (`hetrl.replay.window`, read through `hetrl.replay.loader.WindowLoader`). Trained data-parallel over `ranks` ranks, each rank's step
     samples its share of the learner's batch."""
 
-    def __init__(self, learner: Learner, replay: Replay | GenerationWindow,
+    def __init__(self, learner: Learner, replay: Replay | WindowLoader,
                  precision: Precision, state: LoopState, ranks: int = 1) -> None:
         self.learner, self.replay, self.state = learner, replay, state
         self.rows = max(1, learner.batch_size // ranks)
