@@ -46,7 +46,7 @@ RECIPE = ["algo=alphazero", "env=go9", "selfplay.workers=2", "selfplay.generatio
           "steps=1000000000", "selfplay.eval_every=100000", "selfplay.gating_games=0"]
 """The 9×9 job: the algo's defaults (width 32 × 2 blocks, 32 / 8 readouts, 64 games and 100
 updates a generation, a window of 5), 2 self-play workers, no generation limit (the wall
-clock ends it), evaluated only at the end."""
+clock ends it), evaluated only at the end, not gated (the go9 recipe gates)."""
 
 SMOKE = ["env=go5", "selfplay.workers=0", "algo.width=8", "algo.blocks=1",
          "algo.search.readouts=8", "algo.search.fast_readouts=4",

@@ -4,6 +4,7 @@ learning test on go5."""
 
 from __future__ import annotations
 
+import logging
 import math
 import signal
 from contextlib import nullcontext
@@ -155,6 +156,24 @@ def test_a_seeded_tiny_run_ends_with_the_pinned_numbers(tmp_path: Path, trainers
                       "tracking=none")
     pinned = PINNED[trainers]
     assert {key: results[key] for key in pinned} == pytest.approx(pinned, rel=1e-5)
+
+
+def test_a_generation_that_loses_its_gate_is_not_promoted(tmp_path: Path, caplog):
+    """Seed 1's first trained network wins 1 of its 2 gating games against `best` (pinned),
+    short of a `gating_win_rate` of 1.0: it is rejected. `best`, what self-play plays with,
+    stays generation 0 (the checkpoint's `best` is the untrained network, its `net` trained
+    on), and the metrics and the generation's log line say so."""
+    with caplog.at_level(logging.INFO, logger="hetrl"):
+        results = run_job(tmp_path, "algo=alphazero", *TINY, "selfplay.generations=1",
+                          "selfplay.gating_win_rate=1.0", "seed=1", "tracking=none")
+    assert results["selfplay/gating_win_rate"] == 0.5
+    assert results["selfplay/accepted"] == 0.0 and results["selfplay/best_generation"] == 0.0
+    assert "gating 0.50 (rejected)" in caplog.text
+    saved = checkpoint.load(tmp_path / "job0")
+    assert saved["learner"]["generation"] == 0
+    modules, gen0 = saved["learner"]["modules"], saved["loop"].progress.generation_0
+    assert all(modules[f"best.{key}"].equal(value) for key, value in gen0.items())
+    assert not all(modules[f"net.{key}"].equal(value) for key, value in gen0.items())
 
 
 def test_worker_processes_play_the_games(tmp_path: Path):

@@ -128,8 +128,9 @@ def test_every_tuned_file_composes_validates_and_is_tagged(tuned):
     cfg, choices = compose_job(f"algo={algo}", f"env={env}")
     validate(cfg, choices)
     assert choices["tuned"] == tuned
-    for key, value in option_yaml("tuned", tuned).get("algo", {}).items():
-        assert cfg.algo[key] == value
+    for node in ("algo", "selfplay"):
+        for key, value in option_yaml("tuned", tuned).get(node, {}).items():
+            assert cfg[node][key] == value
 
 
 @pytest.mark.parametrize(("overrides", "source"), [

@@ -204,7 +204,7 @@ def test_alphazero_plans_its_training_step_on_the_cpu_dsp_node(tmp_path, client)
                      "algo.search.fast_readouts=2", "selfplay.games_per_generation=2",
                      "selfplay.concurrent_games=2", "selfplay.generations=1",
                      "selfplay.train_steps=2", "selfplay.eval_games=2",
-                     "selfplay.eval_readouts=2", "steps=40")
+                     "selfplay.eval_readouts=2", "selfplay.gating_games=0", "steps=40")
     (run,) = mlflow_runs(tmp_path)
     metrics = run.data.metrics
     assert result["updates"] == 2 and metrics["eps_platform"] > 0
