@@ -4,7 +4,7 @@ config (conf/tuned/dqn_cartpole.yaml) and the zoo's budget of 50k env steps.
 Run from the repository root (needs `pip install -e '.[bench]'`):
 
     python benchmarks/learning_vs_sb3.py --seeds 20   # about 16 min on 2 cores
-    python benchmarks/learning_vs_sb3.py --smoke      # 2 seeds, 3000 steps: a minute
+    python benchmarks/learning_vs_sb3.py --smoke      # 1 seed, 300 steps, a tiny network
 
 vs_sb3.py measures how fast the two train, and tests/test_sb3_parity.py shows that hetrl's
 update is SB3's to 1e-6 on the same batches. This measures everything around the update:
@@ -40,15 +40,20 @@ from common import (host_line, job_config, metric_history, parse_args, run_job, 
                     sb3_return_mean_100, subnormals, table, write_results)
 
 from hetrl.evaluation import EVAL_SEED_OFFSET
-from hetrl.tracking.seeds import bootstrap
+from hetrl.tracking.seeds import REPS, bootstrap
 
 JOB = ("algo=dqn", "env=cartpole", "platform.measure_layers=false")
+SMOKE = {"seeds": 1, "steps": 300, "every": 150, "episodes": 1, "workers": 1, "reps": 100}
+SMOKE_JOB = ("algo.hidden=[16]", "algo.learning_starts=100")
+"""--smoke: one seed of each in one worker, a tiny network that learns from step 100 (one
+training round of the recipe's, at step 256), evaluated twice; 100 bootstrap resamples."""
 ZOO = 500.0  # rl-zoo3 benchmark.md, dqn CartPole-v1, 50k steps
 Curves = dict[str, list[tuple[int, float]]]  # "eval" / "train" -> (step, return)
 
 
-def hetrl_curves(store: Path, seed: int, steps: int, every: int, episodes: int) -> Curves:
-    m = run_job(store, *JOB, f"seed={seed}", f"steps={steps}", f"eval.every={every}",
+def hetrl_curves(store: Path, job: tuple[str, ...], seed: int, steps: int, every: int,
+                 episodes: int) -> Curves:
+    m = run_job(store, *job, f"seed={seed}", f"steps={steps}", f"eval.every={every}",
                 f"eval.episodes={episodes}", f"log_every={every}")
     return {"eval": metric_history(store, m["run_id"], "eval/return_mean"),
             "train": metric_history(store, m["run_id"], "return_mean_100")}
@@ -71,12 +76,12 @@ def sb3_evaluation(model: object, seed: int, episodes: int) -> float:
     return float(np.mean(returns))
 
 
-def sb3_curves(seed: int, steps: int, every: int, episodes: int) -> Curves:
+def sb3_curves(job: tuple[str, ...], seed: int, steps: int, every: int, episodes: int) -> Curves:
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
 
     torch.set_num_threads(1)
-    algo = job_config(*JOB, f"steps={steps}")[0].algo
+    algo = job_config(*job, f"steps={steps}")[0].algo
     model = sb3_model(algo, "CartPole-v1", algo.learning_starts, seed=seed)
     curves: Curves = {"eval": [], "train": []}
 
@@ -94,10 +99,11 @@ def sb3_curves(seed: int, steps: int, every: int, episodes: int) -> Curves:
     return curves
 
 
-def one_run(who: str, seed: int, steps: int, every: int, episodes: int, tmp: str) -> Curves:
+def one_run(who: str, job: tuple[str, ...], seed: int, steps: int, every: int, episodes: int,
+            tmp: str) -> Curves:
     if who == "SB3":
-        return sb3_curves(seed, steps, every, episodes)
-    return hetrl_curves(Path(tmp) / f"seed{seed}", seed, steps, every, episodes)
+        return sb3_curves(job, seed, steps, every, episodes)
+    return hetrl_curves(Path(tmp) / f"seed{seed}", job, seed, steps, every, episodes)
 
 
 def scores(curves: list[Curves]) -> dict[str, np.ndarray]:
@@ -116,7 +122,8 @@ def improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.array([metrics.probability_of_improvement(x, y)])
 
 
-def report(runs: dict[str, list[Curves]], steps: int, every: int, episodes: int) -> None:
+def report(runs: dict[str, list[Curves]], steps: int, every: int, episodes: int,
+           reps: int) -> None:
     n = len(runs["hetrl"])
     checkpoints = sorted({s for c in runs["hetrl"] for s, _ in c["eval"]})
     rows = []
@@ -133,8 +140,9 @@ def report(runs: dict[str, list[Curves]], steps: int, every: int, episodes: int)
                                "train: the last 100 training episodes)")
     ours, theirs = scores(runs["hetrl"]), scores(runs["SB3"])
     cis = bootstrap({f"{who}/{k}": s[k][:, None] for who, s in (("hetrl", ours), ("SB3", theirs))
-                     for k in s}, mean_of)
-    p_cis = bootstrap({k: [ours[k][:, None], theirs[k][:, None]] for k in ours}, improvement)
+                     for k in s}, mean_of, reps)
+    p_cis = bootstrap({k: [ours[k][:, None], theirs[k][:, None]] for k in ours}, improvement,
+                      reps)
     rows = []
     for k, label in (("final", f"final evaluation ({steps} steps)"),
                      ("best", "best evaluation"), ("auc", "mean of the evaluations (AUC)")):
@@ -161,19 +169,21 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=5000, help="env steps between evaluations")
     parser.add_argument("--episodes", type=int, default=10, help="episodes per evaluation")
     parser.add_argument("--workers", type=int, default=2, help="jobs at a time")
-    parser.add_argument("--smoke", action="store_true", help="2 seeds, 3000 steps")
+    parser.add_argument("--reps", type=int, default=REPS, help="bootstrap resamples")
+    parser.add_argument("--smoke", action="store_true", help="1 seed, 300 steps, a tiny network")
     args = parse_args(parser)
     if args.smoke:
-        args.seeds, args.steps, args.every, args.episodes = 2, 3000, 1500, 2
+        vars(args).update(SMOKE)
+    job = (*JOB, *SMOKE_JOB) if args.smoke else JOB
     print(host_line())
     tasks = [(who, seed) for seed in range(args.seeds) for who in ("hetrl", "SB3")]
     with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(
             args.workers, mp_context=get_context("spawn")) as pool:
-        futures = {task: pool.submit(one_run, *task, args.steps, args.every, args.episodes, tmp)
-                   for task in tasks}
+        futures = {(who, seed): pool.submit(one_run, who, job, seed, args.steps, args.every,
+                                            args.episodes, tmp) for who, seed in tasks}
         runs = {who: [futures[(who, seed)].result() for seed in range(args.seeds)]
                 for who in ("hetrl", "SB3")}
-    report(runs, args.steps, args.every, args.episodes)
+    report(runs, args.steps, args.every, args.episodes, args.reps)
 
 
 if __name__ == "__main__":

@@ -55,8 +55,10 @@ def intervals(scores: dict[str, np.ndarray]) -> dict[str, tuple[float, float]] |
     return {name: (float(ci[0, 0]), float(ci[1, 0])) for name, ci in cis.items()}
 
 
-def bootstrap(scores: dict[str, Any], func: Callable[..., np.ndarray]) -> dict[str, np.ndarray]:
-    """rliable's 95 % stratified-bootstrap intervals of `func` (a 2 x k array per name),
+def bootstrap(scores: dict[str, Any], func: Callable[..., np.ndarray],
+              reps: int = REPS) -> dict[str, np.ndarray]:
+    """rliable's 95 % stratified-bootstrap intervals of `func` (a 2 x k array per name) over
+    `reps` resamples,
     reproducible: rliable 1.2 draws its resamples from numpy's global RNG (whatever
     `random_state` it is given), so that is seeded here and put back after, and no job's RNG
     moves. Raises ImportError without rliable."""
@@ -65,7 +67,7 @@ def bootstrap(scores: dict[str, Any], func: Callable[..., np.ndarray]) -> dict[s
     saved = np.random.get_state()
     np.random.seed(0)
     try:
-        _, cis = rly.get_interval_estimates(scores, func, reps=REPS,
+        _, cis = rly.get_interval_estimates(scores, func, reps=reps,
                                             confidence_interval_size=CONFIDENCE)
     finally:
         np.random.set_state(saved)
