@@ -2,7 +2,7 @@
 and a plain-PyTorch learner loop on PEARL's workloads (Table 2) at batch 32 and 512.
 
     python benchmarks/pearl_eps.py            # 20 000 env steps a job
-    python benchmarks/pearl_eps.py --smoke    # a few thousand, one batch size
+    python benchmarks/pearl_eps.py --smoke    # every mode below, tiny, in one run
     python benchmarks/pearl_eps.py --ab 6     # dynamic resources on/off, 6 interleaved pairs
     python benchmarks/pearl_eps.py --time-to 475 --seeds 3   # wall time to a training return
 
@@ -57,6 +57,10 @@ WORKLOADS = {
     # for 2 cores): python -m hetrl algo=dqn env=pong algo.cnn=dqn2013 algo.buffer_size=8192
 }
 __doc__ += "\n".join(f"    {name}: {' '.join(o)}" for name, o in WORKLOADS.items()) + "\n"
+SMOKE_STEPS, SMOKE_JOB = 600, ("algo.learning_starts=512",)
+"""--smoke: every mode in one run, each job 600 env steps learning from step 512 (the A/B's
+batch): the EPS table at batch 32 (plain PyTorch for 0.1 s), one A/B pair, `--time-to 20` on
+one seed."""
 
 
 def hetrl_loop(store: Path, overrides: tuple[str, ...], scheduler: str, batch: int,
@@ -68,13 +72,17 @@ def hetrl_loop(store: Path, overrides: tuple[str, ...], scheduler: str, batch: i
             "eps_host": m["eps_host"]}
 
 
-def sb3_loop(name: str, batch: int, steps: int) -> dict[str, float] | None:
+def sb3_loop(name: str, overrides: tuple[str, ...], batch: int, steps: int
+             ) -> dict[str, float] | None:
+    """SB3 on the workload `overrides` make (learning where the hetrl job does)."""
     try:
         from stable_baselines3 import DDPG, DQN
     except ImportError:
         return None
     torch.set_num_threads(1)
-    common = dict(batch_size=batch, learning_starts=1000, train_freq=4, gradient_steps=1,
+    learning_starts = job_config(*overrides)[0].algo.learning_starts
+    common = dict(batch_size=batch, learning_starts=learning_starts, train_freq=4,
+                  gradient_steps=1,
                   device="cpu", verbose=0, seed=0)
     if name == "dqn-cartpole":
         model = DQN("MlpPolicy", "CartPole-v1", buffer_size=8192, learning_rate=1e-3,
@@ -110,17 +118,17 @@ def plain_loop(name: str, batch: int, seconds: float) -> dict[str, float]:
     return {"eps_loop": batch * n / (time.perf_counter() - start), "env_steps_per_s": np.nan}
 
 
-def dynamic_resources_ab(pairs: int, steps: int) -> None:
+def dynamic_resources_ab(store: Path, pairs: int, steps: int, extra: tuple[str, ...] = ()
+                         ) -> None:
     """Algorithm 1 on against off, in interleaved pairs, where the learner dominates."""
     rows, ratios = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        for pair in range(pairs):
-            eps = {on: hetrl_loop(Path(tmp), (*WORKLOADS["dqn-cartpole"],
-                                              f"scheduler.dynamic_resources={on}"),
-                                  "pearl", 512, steps)["eps_loop"]
-                   for on in ("true", "false")}
-            ratios.append(eps["true"] / eps["false"])
-            rows.append([pair, num(eps["true"]), num(eps["false"]), f"{ratios[-1]:.3f}"])
+    for pair in range(pairs):
+        eps = {on: hetrl_loop(store, (*WORKLOADS["dqn-cartpole"], *extra,
+                                      f"scheduler.dynamic_resources={on}"),
+                              "pearl", 512, steps)["eps_loop"]
+               for on in ("true", "false")}
+        ratios.append(eps["true"] / eps["false"])
+        rows.append([pair, num(eps["true"]), num(eps["false"]), f"{ratios[-1]:.3f}"])
     rows.append(["median [min, max]", "", "",
                  f"**{np.median(ratios):.3f}** [{min(ratios):.3f}, {max(ratios):.3f}]"])
     table(["pair", "EPS loop, dynamic on", "EPS loop, off", "on / off"], rows,
@@ -185,20 +193,21 @@ def sb3_time_to(job: tuple[str, ...], target: float, seed: int, steps: int) -> R
     return stop.reached
 
 
-def time_to(recipe: str, target: float, seeds: int, smoke: bool) -> None:
-    job, steps = TIME_TO[recipe]
-    if smoke:  # a few thousand steps: learning starts inside them
-        job, steps = (*job, "algo.learning_starts=1000"), 3000
+def time_to(store: Path, recipe: str, target: float, seeds: int, steps: int | None = None,
+            extra: tuple[str, ...] = ()) -> None:
+    """`--time-to`, within `steps` (default: the recipe's budget), `extra` overriding the
+    recipe."""
+    job, budget = TIME_TO[recipe]
+    job, steps = (*job, *extra), steps or budget
     rows, times = [], {"hetrl pearl": [], "hetrl sync": [], "SB3": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed in range(seeds):
-            got = {"hetrl pearl": hetrl_time_to(Path(tmp), job, "pearl", target, seed, steps),
-                   "hetrl sync": hetrl_time_to(Path(tmp), job, "sync", target, seed, steps),
-                   "SB3": sb3_time_to(job, target, seed, steps)}
-            for who, reached in got.items():
-                times[who].append(None if reached is None else reached[0])
-            rows.append([seed, *("not reached" if r is None else f"{r[0]:.1f} s at {r[1]:,}"
-                                 for r in got.values())])
+    for seed in range(seeds):
+        got = {"hetrl pearl": hetrl_time_to(store, job, "pearl", target, seed, steps),
+               "hetrl sync": hetrl_time_to(store, job, "sync", target, seed, steps),
+               "SB3": sb3_time_to(job, target, seed, steps)}
+        for who, reached in got.items():
+            times[who].append(None if reached is None else reached[0])
+        rows.append([seed, *("not reached" if r is None else f"{r[0]:.1f} s at {r[1]:,}"
+                             for r in got.values())])
     medians = {who: np.median(reached) if (reached := [t for t in ts if t is not None])
                else None for who, ts in times.items()}
     summary = ["reached, median s", *(f"{sum(t is not None for t in ts)}/{seeds}"
@@ -211,9 +220,38 @@ def time_to(recipe: str, target: float, seeds: int, smoke: bool) -> None:
                 f"recipe), within {steps} env steps (goal: pearl <= 0.5 x SB3)")
 
 
+def eps_table(store: Path, steps: int, batches: tuple[int, ...], plain_seconds: float,
+              extra: tuple[str, ...] = ()) -> None:
+    """The four loops' EPS on each workload (`extra` overriding it) at each batch size."""
+    rows = []
+    for name, workload in WORKLOADS.items():
+        overrides = (*workload, *extra)
+        for batch in batches:
+            figures = {
+                "hetrl pearl": hetrl_loop(store, overrides, "pearl", batch, steps),
+                "hetrl sync": hetrl_loop(store, overrides, "sync", batch, steps),
+                "SB3": sb3_loop(name, overrides, batch, steps),
+                "plain PyTorch (learner only)": plain_loop(name, batch, plain_seconds),
+            }
+            sb3 = figures["SB3"]
+            for who, f in figures.items():
+                if f is None:
+                    continue
+                rows.append([name, batch, who, num(f["eps_loop"]),
+                             num(f.get("eps_host", np.nan)) if "eps_host" in f else "",
+                             "" if np.isnan(f["env_steps_per_s"]) else num(f["env_steps_per_s"]),
+                             ratio(f["eps_loop"], sb3["eps_loop"]) if sb3 else "",
+                             ratio(f["env_steps_per_s"], sb3["env_steps_per_s"])
+                             if sb3 and not np.isnan(f["env_steps_per_s"]) else ""])
+    table(["workload", "batch", "loop", "EPS loop", "eps_host", "env steps/s", "EPS / SB3",
+           "env steps/s / SB3"], rows, title=f"PEARL EPS, {steps} env steps a job",
+          align="llrrrrrr")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="a short run, batch 32 only")
+    parser.add_argument("--smoke", action="store_true",
+                        help="every mode, tiny, in one run (--ab and --time-to ignored)")
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--ab", type=int, metavar="PAIRS",
                         help="only the dynamic-resources A/B, in this many interleaved pairs")
@@ -223,42 +261,23 @@ def main() -> None:
     parser.add_argument("--recipe", choices=sorted(TIME_TO), default="cleanrl",
                         help="the DQN-CartPole config of --time-to")
     args = parse_args(parser)
-    if args.time_to is not None:
-        print(host_line())
-        time_to(args.recipe, args.time_to, args.seeds, args.smoke)
-        return
-    if args.ab:
-        print(host_line())
-        dynamic_resources_ab(args.ab, 3000 if args.smoke else args.steps)
-        return
-    steps, batches = (3000, (32,)) if args.smoke else (args.steps, (32, 512))
-    print(host_line("gymnasium"))
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp)
-        for name, overrides in WORKLOADS.items():
-            for batch in batches:
-                figures = {
-                    "hetrl pearl": hetrl_loop(store, overrides, "pearl", batch, steps),
-                    "hetrl sync": hetrl_loop(store, overrides, "sync", batch, steps),
-                    "SB3": sb3_loop(name, batch, steps),
-                    "plain PyTorch (learner only)": plain_loop(name, batch, 1.0 if args.smoke
-                                                               else 5.0),
-                }
-                sb3 = figures["SB3"]
-                for who, f in figures.items():
-                    if f is None:
-                        continue
-                    rows.append([name, batch, who, num(f["eps_loop"]),
-                                 num(f.get("eps_host", np.nan)) if "eps_host" in f else "",
-                                 "" if np.isnan(f["env_steps_per_s"]) else num(f["env_steps_per_s"]),
-                                 ratio(f["eps_loop"], sb3["eps_loop"]) if sb3 else "",
-                                 ratio(f["env_steps_per_s"], sb3["env_steps_per_s"])
-                                 if sb3 and not np.isnan(f["env_steps_per_s"]) else ""])
-    table(["workload", "batch", "loop", "EPS loop", "eps_host", "env steps/s", "EPS / SB3",
-           "env steps/s / SB3"], rows, title=f"PEARL EPS, {steps} env steps a job",
-          align="llrrrrrr")
-    print(f"\n{host_line()}")
+        if args.smoke:
+            print(host_line("gymnasium"))
+            eps_table(store, SMOKE_STEPS, (32,), 0.1, SMOKE_JOB)
+            dynamic_resources_ab(store, 1, SMOKE_STEPS, SMOKE_JOB)
+            time_to(store, args.recipe, 20, 1, SMOKE_STEPS, SMOKE_JOB)
+        elif args.time_to is not None:
+            print(host_line())
+            time_to(store, args.recipe, args.time_to, args.seeds)
+        elif args.ab:
+            print(host_line())
+            dynamic_resources_ab(store, args.ab, args.steps)
+        else:
+            print(host_line("gymnasium"))
+            eps_table(store, args.steps, (32, 512), 5.0)
+            print(f"\n{host_line()}")
 
 
 if __name__ == "__main__":

@@ -24,22 +24,19 @@ BENCHMARKS = sorted(path for path in (Path(__file__).parent.parent / "benchmarks
                     if 'if __name__ == "__main__":' in path.read_text())
 # what a benchmark needs beyond `.[test]`: SB3 for those that run it as their reference
 EXTRAS = {name: "stable_baselines3" for name in ("vs_sb3.py", "pearl_eps.py", "learning_vs_sb3.py")}
-# a benchmark's other modes, smoked as well
-MODES = {"pearl_eps.py": [["--ab", "1"], ["--time-to", "20", "--seeds", "1"]]}
 # benchmarks whose smoke a test of their own runs and checks further (below)
 OWN_TEST = {"mixed_reward_error.py", "apdrl_tables.py"}
-RUNS = [(path, args) for path in BENCHMARKS if path.name not in OWN_TEST
-        for args in [[], *MODES.get(path.name, [])]]
+SMOKED = [path for path in BENCHMARKS if path.name not in OWN_TEST]
 TABLE = re.compile(r"^\|(---:?\|)+$", re.MULTILINE)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("script", "args"), RUNS,
-                         ids=[" ".join([path.stem, *args]) for path, args in RUNS])
-def test_smoke(script: Path, args: list[str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("script", SMOKED, ids=[path.stem for path in SMOKED])
+def test_smoke(script: Path, tmp_path: Path) -> None:
+    """A benchmark with several modes smokes them all in its one `--smoke` run."""
     if script.name in EXTRAS:
         pytest.importorskip(EXTRAS[script.name], reason="pip install -e '.[bench]'")
-    assert TABLE.search(out := _smoke(script, tmp_path, *args)), out[-3000:]
+    assert TABLE.search(out := _smoke(script, tmp_path)), out[-3000:]
 
 
 def _smoke(script: Path, cwd: Path, *args: str) -> str:
