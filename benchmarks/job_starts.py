@@ -5,7 +5,7 @@ MLflow's own report of 6 failed starts in 1,803 without WAL; the goal is 0 lost 
 "database is locked" in >= 1,800 starts with 8 concurrent jobs.
 
     python benchmarks/job_starts.py               # 1,800 starts per store kind, 8 at a time
-    python benchmarks/job_starts.py --smoke       # 16 starts, 8 per new store
+    python benchmarks/job_starts.py --smoke       # 1 start on a new store of each kind
     python benchmarks/job_starts.py --kinds hetrl --starts 3600
 
 A job is a process of its own (forked from this one, which has imported MLflow but opened no
@@ -37,6 +37,8 @@ from hetrl.tracking.mlflow import all_runs, client_for, store_uri
 KINDS = ("hetrl", "mlflow")
 EXPERIMENT = "starts"
 STEPS, BATCH, KEYS = 1000, 100, 5
+SMOKE = {"starts": 1, "per_store": 1, "concurrent": 1}
+"""--smoke: one job start on a new store of each kind."""
 
 
 def open_store(kind: str, uri: str) -> tuple[MlflowClient, str]:
@@ -114,34 +116,35 @@ def measure(kind: str, starts: int, concurrent: int, per_store: int, folder: Pat
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="16 starts, 8 per store")
+    parser.add_argument("--smoke", action="store_true", help="1 start per store kind")
     parser.add_argument("--starts", type=int, default=1800)
     parser.add_argument("--concurrent", type=int, default=8)
     parser.add_argument("--per-store", type=int, default=200,
                         help="starts on one store before the next starts a new one")
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"which of {', '.join(KINDS)}")
     args = parse_args(parser)
+    if args.smoke:
+        vars(args).update(SMOKE)
     kinds = args.kinds.split(",")
     if unknown := set(kinds) - set(KINDS):
         parser.error(f"--kinds {args.kinds}: no kind {', '.join(sorted(unknown))}; "
                      f"choose among {', '.join(KINDS)}")
-    starts, per_store = (16, 8) if args.smoke else (args.starts, args.per_store)
     for name in ("mlflow", "alembic"):  # each job's "Creating initial MLflow database tables"
         logging.getLogger(name).setLevel(logging.WARNING)
     print(host_line("mlflow"))
     rows, examples = [], []
     with tempfile.TemporaryDirectory() as folder:
         for kind in kinds:
-            found = measure(kind, starts, args.concurrent, per_store, Path(folder))
-            rows.append((kind, starts, found["lost"], found["locked"], found["other"],
-                         f"{found['broken']} of {-(-starts // per_store)}",
+            found = measure(kind, args.starts, args.concurrent, args.per_store, Path(folder))
+            rows.append((kind, args.starts, found["lost"], found["locked"], found["other"],
+                         f"{found['broken']} of {-(-args.starts // args.per_store)}",
                          f"{found['starts_per_s']:.1f}"))
             if found["example"]:
                 examples.append(f"{kind}, a failed start:\n{found['example'][-1200:]}")
     table(["store", "starts", "lost runs", '"database is locked"', "other errors",
            "stores left unreadable", "starts/s"],
-          rows, title=f"{args.concurrent} concurrent jobs, a new store every {per_store} starts; "
-                      f"each job: {STEPS} steps x {KEYS} metrics in batches of {BATCH}",
+          rows, title=f"{args.concurrent} concurrent jobs, a new store every {args.per_store} "
+                      f"starts; each job: {STEPS} steps x {KEYS} metrics in batches of {BATCH}",
           align="lrrrrrr")
     for example in examples:
         print(example)
