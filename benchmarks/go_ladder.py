@@ -5,7 +5,7 @@ The documented command of issue 13's goal (run from the repository root, on 2 id
 
     python benchmarks/go_ladder.py                   # 20 min of training, then ~10 min of games
     python benchmarks/go_ladder.py --minutes 480 --ladder-games 50   # the overnight stretch
-    python benchmarks/go_ladder.py --smoke           # seconds: go5, a tiny network
+    python benchmarks/go_ladder.py --smoke           # go5, one 1-game generation, tiny
     python benchmarks/go_ladder.py selfplay.workers=0 algo.width=48   # any override of the job
 
 One job trains through hetrl's real entry (`python -m hetrl` in-process: `compose_job` +
@@ -48,10 +48,13 @@ RECIPE = ["algo=alphazero", "env=go9", "selfplay.workers=2", "selfplay.generatio
 updates a generation, a window of 5), 2 self-play workers, no generation limit (the wall
 clock ends it), evaluated only at the end, not gated (the go9 recipe gates)."""
 
-SMOKE = ["env=go5", "selfplay.workers=0", "algo.width=8", "algo.blocks=1",
-         "algo.search.readouts=8", "algo.search.fast_readouts=4",
-         "selfplay.games_per_generation=4", "selfplay.concurrent_games=4",
-         "selfplay.train_steps=4", "selfplay.eval_readouts=4"]
+SMOKE = ["env=go5", "selfplay.workers=0", "algo.width=4", "algo.blocks=1",
+         "algo.search.readouts=2", "algo.search.fast_readouts=2",
+         "selfplay.games_per_generation=1", "selfplay.concurrent_games=1",
+         "selfplay.train_steps=1", "selfplay.eval_readouts=2"]
+SMOKE_ARGS = {"minutes": 0.001, "games": 2, "ladder_games": 1, "simulations": [2]}
+"""--smoke: go5, one generation of one game (the clock ends it), a 4-wide network, 2 readouts;
+evaluated over 2 games, and 1 against one rung of 2 simulations."""
 
 
 def merged(*overrides: str) -> list[str]:
@@ -88,8 +91,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="more overrides of the job (key=value)")
     args = parse_args(parser)
     if args.smoke:
-        args.minutes, args.games, args.ladder_games = 0.15, 4, 2
-        args.simulations = [10, 50]
+        vars(args).update(SMOKE_ARGS)
     print(host_line("numpy"))
     overrides = merged(*RECIPE, *(SMOKE if args.smoke else []), f"seed={args.seed}",
                        f"selfplay.wall_clock_s={60 * args.minutes:g}",
