@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import time
 from contextlib import nullcontext
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -50,6 +51,27 @@ from hetrl.replay.window import GenerationWindow
 from hetrl.scheduler.dataparallel import DataParallelTrainers
 from hetrl.scheduler.state import LoopState
 from hetrl.scheduler.updates import Updates
+
+
+class Sizes(NamedTuple):
+    """How much each table measures."""
+
+    engine_games: tuple[int, int, int]  # random games: OpenSpiel 9x9, 19x19, MiniGo's go.py
+    width: int  # the network's, and its residual blocks
+    blocks: int
+    readouts: int  # a leaf-rate search's (self-play searches half as many)
+    concurrent: int  # games whose leaves are batched together
+    rounds: tuple[int, int]  # of the batched and of the one-game leaf rate
+    workers: tuple[int, ...]  # self-play worker processes, a row each
+    games: int  # self-play games a row
+    batch: int  # the global training batch and its steps
+    steps: int
+    ranks_threads: tuple[tuple[int, int], ...]  # training rows; (1, 1) and (2, 1) give E
+
+
+FULL = Sizes((200, 50, 10), 32, 3, 64, 32, (2, 16), (1, 2), 32, 256, 30,
+             ((1, 1), (1, 2), (2, 1)))
+SMOKE = Sizes((1, 1, 1), 4, 1, 4, 2, (1, 1), (1,), 1, 8, 1, ((1, 1), (2, 1)))
 
 
 def openspiel_us_per_move(board_size: int, games: int, rng: np.random.Generator) -> float:
@@ -166,26 +188,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, seconds")
     args = parse_args(parser)
-    smoke = args.smoke
+    size = SMOKE if args.smoke else FULL
     print(host_line("numpy"))
     rng = np.random.default_rng(0)
 
-    rows = [("OpenSpiel C++ (env=go*)", "9x9", f"{openspiel_us_per_move(9, 5 if smoke else 200, rng):.1f}"),
-            ("OpenSpiel C++", "19x19", f"{openspiel_us_per_move(19, 2 if smoke else 50, rng):.1f}"),
-            ("MiniGo go.py (PettingZoo go_v5)", "19x19", f"{minigo_python_us_per_move(1 if smoke else 10, rng):.1f}")]
+    go9, go19, minigo = size.engine_games
+    rows = [("OpenSpiel C++ (env=go*)", "9x9", f"{openspiel_us_per_move(9, go9, rng):.1f}"),
+            ("OpenSpiel C++", "19x19", f"{openspiel_us_per_move(19, go19, rng):.1f}"),
+            ("MiniGo go.py (PettingZoo go_v5)", "19x19",
+             f"{minigo_python_us_per_move(minigo, rng):.1f}")]
     table(["engine", "board", "µs / move"], rows, "Rules engine: random play, legal moves + play",
           "llr")
 
     torch.set_num_threads(1)
     game = GoGame(9)
     torch.manual_seed(0)
-    width, blocks = (8, 1) if smoke else (32, 3)
+    width, blocks, readouts, concurrent = size.width, size.blocks, size.readouts, size.concurrent
     net = PolicyValueNet(game.planes, 9, width, blocks)
-    readouts = 8 if smoke else 64
-    rounds = 1 if smoke else 2
-    concurrent = 4 if smoke else 32
-    batched, batch = leaf_rate(game, net, concurrent, 4, readouts, rounds)
-    single, single_batch = leaf_rate(game, net, 1, 1, readouts, 1 if smoke else 16)
+    batched, batch = leaf_rate(game, net, concurrent, 4, readouts, size.rounds[0])
+    single, single_batch = leaf_rate(game, net, 1, 1, readouts, size.rounds[1])
     table(["design", "mean leaf batch", "leaf evals / s"],
           [(f"{concurrent} games, 4 virtual losses each", f"{batch:.1f}", f"{batched:.0f}"),
            ("one game, one leaf a call", f"{single_batch:.1f}", f"{single:.0f}"),
@@ -193,23 +214,22 @@ def main() -> None:
           f"MCTS leaf evaluations, 9x9, width {width} x {blocks} blocks, 1 torch thread", "lrr")
 
     rows = []
-    for workers in (1, 2):
-        games, moves, leaves = games_per_s(workers, game, width, blocks,
-                                           2 * workers if smoke else 32, readouts // 2)
+    for workers in size.workers:
+        games, moves, leaves = games_per_s(workers, game, width, blocks, size.games,
+                                           readouts // 2)
         rows.append((workers, f"{games:.2f}", f"{moves:.0f}", f"{leaves:,.0f}"))
     table(["workers", "games / s", "moves / s", "leaf evals / s"], rows,
           f"Self-play, 9x9, {readouts // 2} readouts, width {width} x {blocks}", "rrrr")
 
-    batch, steps = (16, 2) if smoke else (256, 30)
-    rates = {(r, t): training_rate(r, t, game, width, blocks, batch, steps)
-             for r, t in ((1, 1), (1, 2), (2, 1))}
+    rates = {(r, t): training_rate(r, t, game, width, blocks, size.batch, size.steps)
+             for r, t in size.ranks_threads}
     rows = [(f"{r} x {t} thread{'s' if t > 1 else ''}", f"{rate:,.0f}", f"{comm * 1000:.2f}")
             for (r, t), (rate, comm) in rates.items()]
     rows.append(("E = rate(2 ranks) / (2 x rate(1 rank, 1 thread))", "",
                  f"{rates[(2, 1)][0] / (2 * rates[(1, 1)][0]):.1%}"))
     table(["ranks x torch threads", "positions / s", "all-reduce ms / step"], rows,
-          f"Data-parallel training, 9x9, width {width} x {blocks}, global batch {batch}, "
-          f"{steps} steps", "lrr")
+          f"Data-parallel training, 9x9, width {width} x {blocks}, global batch {size.batch}, "
+          f"{size.steps} steps", "lrr")
 
     n_sp = sorted(TABLE_6)
     nodes = [43 + n for n in n_sp]
