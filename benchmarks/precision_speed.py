@@ -4,7 +4,7 @@
 Run from the repository root:
 
     python benchmarks/precision_speed.py            # DDPG [400,300] b256, DQN [256,256] b64
-    python benchmarks/precision_speed.py --smoke    # seconds: tiny networks
+    python benchmarks/precision_speed.py --smoke    # seconds: DQN, a tiny network
 
 Every contender is a learner `build()` made of the composed job (its precision applied), timed
 by `hetrl.platform.measure.compare_updates`: whole updates on one random batch, the learners
@@ -42,7 +42,10 @@ WORKLOADS = {  # name: (overrides, goal of mixed on the host vs fp32 where bf16 
     "DQN CartPole [256,256] b64": (["algo=dqn", "env=cartpole"], 0.95),
 }
 SLOWER_AT_MOST = 0.95  # the goal where the CPU has no bf16 instructions
-SMOKE = ["algo.hidden=[16]", "algo.batch_size=16"]
+SMOKE = {"DQN CartPole [16] b16": (["algo=dqn", "env=cartpole", "algo.hidden=[16]",
+                                   "algo.batch_size=16", "compile=false"], 0.95)}
+"""--smoke: one workload, a tiny network built without compiling (`compile=auto` would time
+and compile its update), timed over 1 update after 1 of warm-up."""
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -88,15 +91,15 @@ def measured_choice(c: Components) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--smoke", action="store_true", help="tiny networks, 3 repeats")
+    parser.add_argument("--smoke", action="store_true", help="a tiny DQN, 1 repeat")
     args = parse_args(parser)
     print(host_line())
     native_bf16 = not emulates("cpu", torch.bfloat16)
-    for workload, (overrides, native_goal) in WORKLOADS.items():
-        c = Contenders([*overrides, *SMOKE] if args.smoke else overrides)
+    workloads, warmup, repeats = (SMOKE, 1, 1) if args.smoke else (WORKLOADS, 5, args.repeats)
+    for workload, (overrides, native_goal) in workloads.items():
+        c = Contenders(overrides)
         seconds = compare_updates(c.learners, c.contexts, **c.spaces, device=torch.device("cpu"),
-                                  warmup=1 if args.smoke else 5,
-                                  repeats=3 if args.smoke else args.repeats)
+                                  warmup=warmup, repeats=repeats)
         fp32 = seconds["fp32"]
         table(["precision", "computes", "ms / update", "speedup vs fp32"],
               [(name, c.computes[name], f"{1e3 * s:.2f}", ratio(fp32, s))
