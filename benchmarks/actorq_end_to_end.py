@@ -56,11 +56,15 @@ TASKS = {
                                   "algo.hidden=[256,256]"],
 }
 FULL = {"dqn_cartpole": 20000, "d4pg_dmc_cartpole_balance": 20000}
+SMOKE = {"tasks": ["dqn_cartpole"], "precisions": ["fp32", "int8"], "actors": 1,
+         "pull_every": 100}
+SMOKE_WIDTH, SMOKE_STEPS, SMOKE_JOB = 16, 300, ("algo.learning_starts=100",)
+"""--smoke: DQN, fp32 and int8 actors (one each), width 16, 300 steps learning from 100."""
 
 
 def run_task(task: str, precisions: list[str], args: argparse.Namespace, store: Path) -> list:
-    width = 64 if args.smoke else 256 if args.quick else 2048
-    steps = 600 if args.smoke else 2500 if args.quick else args.steps or FULL[task]
+    width = SMOKE_WIDTH if args.smoke else 256 if args.quick else 2048
+    steps = SMOKE_STEPS if args.smoke else 2500 if args.quick else args.steps or FULL[task]
     rows = []
     for precision in precisions:
         result = run_job(
@@ -68,7 +72,7 @@ def run_task(task: str, precisions: list[str], args: argparse.Namespace, store: 
             "scheduler=actorq", f"actors.precision={precision}", f"actors.n={args.actors}",
             f"actors.pull_every={args.pull_every}", f"actors.quantize_on={args.quantize_on}",
             "actors.eval_episodes=3", "platform.measure_layers=false", f"seed={args.seed}",
-            f"log_every={steps // 20}", *["algo.learning_starts=200"] * args.smoke)
+            f"log_every={steps // 20}", *SMOKE_JOB * args.smoke)
         result["first_return"] = metric_history(store, result["run_id"], "return_mean_100")[0][1]
         rows.append((precision, result))
         print(f"  {task} {precision}: done", flush=True)
@@ -117,11 +121,10 @@ def main() -> None:
     parser.add_argument("--quantize-on", choices=["learner", "actor"], default="learner")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true",
-                        help="seconds: DQN, fp32 and int8 actors, 1 actor, width 64, 600 steps")
+                        help="seconds: DQN, fp32 and int8 actors, 1 actor, width 16, 300 steps")
     args = parse_args(parser)
     if args.smoke:
-        args.tasks, args.precisions, args.actors, args.pull_every = (
-            ["dqn_cartpole"], ["fp32", "int8"], 1, 200)
+        vars(args).update(SMOKE)
     if args.precisions[0] != "fp32":
         parser.error("--precisions must start with fp32 (the twin the others are timed against)")
     print(host_line())
