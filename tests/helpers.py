@@ -3,7 +3,6 @@ read the real MLflow store they wrote, and start a real tracking server."""
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -12,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from functools import cache
 from pathlib import Path
 from typing import Iterator
 
@@ -24,6 +22,7 @@ from hetrl import experiment
 from hetrl.build import Components, build
 from hetrl.config.store import register
 from hetrl.options import compose_job
+from hetrl.tracking.empty_store import empty_store
 
 register()
 
@@ -50,21 +49,11 @@ def run_job(tmp_path: Path, *overrides: str, ready_store: bool = True) -> dict:
     the tests: for tests that a rejected job makes none)."""
     store = tmp_path / "mlflow.db"
     if ready_store and not store.exists():
-        shutil.copyfile(_empty_store(), store)
+        shutil.copyfile(empty_store(), store)
     cfg, choices = compose_job(f"tracking.uri={tracking_uri(tmp_path)}", *overrides)
     out = tmp_path / f"job{len(list(tmp_path.glob('job*')))}"
     out.mkdir()
     return experiment.run(cfg, choices, out)
-
-
-@cache
-def _empty_store() -> Path:
-    """An MLflow sqlite store with its tables and nothing else, made once per process: a new
-    store runs MLflow's schema migrations (1.5-2.5 s on 2 cores), a copy opens in 50 ms."""
-    folder = Path(tempfile.mkdtemp(prefix="hetrl-empty-store-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    MlflowClient(f"sqlite:///{folder / 'mlflow.db'}").search_experiments()
-    return folder / "mlflow.db"
 
 
 def tracking_uri(tmp_path: Path) -> str:

@@ -11,12 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import (_empty_store, compose_job, mlflow_runs, run_job, tracking_server,
+from helpers import (compose_job, mlflow_runs, run_job, tracking_server,
                      tracking_server_up, tracking_uri)
 from mlflow.tracking import MlflowClient
 
 from hetrl import checkpoint, experiment
 from hetrl.faults import StoreLost
+from hetrl.tracking.empty_store import empty_store
 from hetrl.progress import TrainingProgress
 
 QUICK = ("algo=dqn", "env=cartpole", "steps=400", "algo.learning_starts=100", "log_every=100",
@@ -42,7 +43,7 @@ def test_a_store_that_vanishes_stops_the_job_at_its_next_log_with_a_checkpoint(
     def lose_store() -> None:
         store.unlink()
         if replaced:  # a fresh store where the job's was
-            shutil.copyfile(_empty_store(), store)
+            shutil.copyfile(empty_store(), store)
 
     _at_step(monkeypatch, 200, lose_store)
     with pytest.raises(StoreLost) as lost:

@@ -93,6 +93,8 @@ def choose_update(learner: Learner, mode: str, updates: int | None, batch: Any,
         return UpdateChoice(mode, False, "as asked")
     if mode == "auto" and updates is None:
         return UpdateChoice(mode, False, "the job's number of updates is unknown")
+    if (why := unsupported(learner)) is not None:
+        return _cannot_compile(learner, mode, why)
     eager_s = None
     if mode == "auto":
         eager_s = time_updates({"eager": lambda: learner.eager_update(batch)}, learner,
@@ -101,13 +103,8 @@ def choose_update(learner: Learner, mode: str, updates: int | None, batch: Any,
             return UpdateChoice(mode, False, _not_worth(updates, eager_s, updates * eager_s,
                                                         WARM_COMPILE_S, "from a warm cache"),
                                 eager_s=eager_s)
-    why = unsupported(learner) or missing(learner.device)
-    if why is not None:
-        if mode == "true":
-            raise ConfigError(f"compile=true cannot compile the update of "
-                              f"{type(learner).__name__}: {why} (compile=auto or false run it "
-                              "eager)")
-        return UpdateChoice(mode, False, f"cannot compile: {why}", eager_s=eager_s)
+    if (why := missing(learner.device)) is not None:  # imports inductor: past the cheap exits
+        return _cannot_compile(learner, mode, why, eager_s)
     if mode == "auto" and (not_worth := _not_worth_compiling(learner, updates, batch, context)):
         return not_worth
     try:
@@ -119,6 +116,15 @@ def choose_update(learner: Learner, mode: str, updates: int | None, batch: Any,
         log.debug("compile failed", exc_info=True)
         return UpdateChoice(mode, False, f"compiling failed: {str(error).splitlines()[0]}",
                             eager_s=eager_s)
+
+
+def _cannot_compile(learner: Learner, mode: str, why: str,
+                    eager_s: float | None = None) -> UpdateChoice:
+    """compile=true fails naming `why` the update cannot compile; auto and false train eager."""
+    if mode == "true":
+        raise ConfigError(f"compile=true cannot compile the update of {type(learner).__name__}: "
+                          f"{why} (compile=auto or false run it eager)")
+    return UpdateChoice(mode, False, f"cannot compile: {why}", eager_s=eager_s)
 
 
 def _not_worth_compiling(learner: Learner, updates: int, batch: Any,

@@ -49,6 +49,8 @@ class _NoTimer:
 
 def unsupported(learner: Learner) -> str | None:
     """Why `learner`'s update cannot run as one graph here (None: it can)."""
+    if type(learner).stages is Learner.stages:
+        return f"{type(learner).__name__} writes its update by hand (it declares no stages)"
     if learner.scaler is not None:
         return "float16 loss scaling runs in the eager update"
     for name, module in learner.named_modules():

@@ -25,6 +25,7 @@ from hetrl.faults import Fault  # noqa: E402
 from hetrl.tracking.store_watch import StoreWatch, why_no_answer  # noqa: E402
 from hetrl.stopping import deferred_stops  # noqa: E402
 from hetrl.tracking.base import REFERENCE_TAG  # noqa: E402
+from hetrl.tracking.empty_store import create_store  # noqa: E402
 from hetrl.tracking.metadata import system_tags  # noqa: E402
 
 _BATCH = 100  # MLflow's limit of params per log_batch call
@@ -69,6 +70,7 @@ def client_for(uri: str, experiment: str,
     _check_writable(db, uri)
     artifact_location = (db.parent / "mlartifacts").resolve().as_uri()
     with deferred_stops(), _file_lock(db.with_name(db.name + ".lock")):
+        create_store(db)
         wal_mode(db)
         client = MlflowClient(tracking_uri=store_uri(uri))
         return client, _experiment_id(client, experiment, artifact_location, view_columns)
