@@ -18,7 +18,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from helpers import build_job, compose_job, metric_history, mlflow_runs, run_job, tracking_uri
+from helpers import build_job, compose_job, empty_store, metric_history, mlflow_runs, run_job, tracking_uri
 
 from hetrl.actors.pool import ActorError
 from hetrl.actors.process import ProcessActors
@@ -114,16 +114,17 @@ def _all_exit(marker: str, grace_s: float = 15.0) -> bool:
 def test_process_actors_stop_on_sigterm(tmp_path):
     marker = f"actorq-{uuid.uuid4()}"
     log = tmp_path / "stderr.txt"
+    empty_store(tmp_path)
     with log.open("w") as output:
         job = subprocess.Popen(
             [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}",
              "scheduler=actorq", "actors.n=1", "actors.pull_every=50", "steps=10000000",
-             "algo.learning_starts=100", "algo.hidden=[16]", "log_every=100",
-             "platform.measure_layers=false"],
+             "algo.learning_starts=50", "algo.hidden=[16]", "log_every=50",
+             "platform.measure_layers=false", "compile=false"],
             cwd=tmp_path, stdout=output, stderr=output,
             env={**os.environ, "HETRL_TEST_MARKER": marker})
         deadline = time.monotonic() + 120
-        while "step 100/" not in log.read_text() and time.monotonic() < deadline:
+        while "step 50/" not in log.read_text() and time.monotonic() < deadline:
             time.sleep(0.5)  # the actor has delivered its first transitions
         assert len(_marked_processes(marker)) >= 2, log.read_text()[-3000:]  # job and actor
         job.send_signal(signal.SIGTERM)
@@ -255,12 +256,13 @@ def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, sch
     marker = f"actorq-{uuid.uuid4()}"
     log = tmp_path / "output.txt"
     pids: list[int] = []
+    empty_store(tmp_path)
     with log.open("w") as output:
         job = subprocess.Popen(
             [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}",
              f"scheduler={scheduler}", "actors.n=1", "actors.pull_every=50", "steps=10000000",
-             "algo.learning_starts=100", "algo.hidden=[16]", "log_every=100",
-             "platform.measure_layers=false", f"actors.timeout_s={timeout_s}"],
+             "algo.learning_starts=50", "algo.hidden=[16]", "log_every=50",
+             "platform.measure_layers=false", "compile=false", f"actors.timeout_s={timeout_s}"],
             cwd=tmp_path, stdout=output, stderr=output,
             env={**os.environ, "HETRL_TEST_MARKER": marker})
         try:
