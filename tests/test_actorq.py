@@ -18,7 +18,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from helpers import build_job, compose_job, empty_store, metric_history, mlflow_runs, run_job, tracking_uri
+from helpers import build_job, compose_job, metric_history, mlflow_runs, run_job, tracking_uri
 
 from hetrl.actors.pool import ActorError
 from hetrl.actors.process import ProcessActors
@@ -114,7 +114,6 @@ def _all_exit(marker: str, grace_s: float = 15.0) -> bool:
 def test_process_actors_stop_on_sigterm(tmp_path):
     marker = f"actorq-{uuid.uuid4()}"
     log = tmp_path / "stderr.txt"
-    empty_store(tmp_path)
     with log.open("w") as output:
         job = subprocess.Popen(
             [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}",
@@ -256,7 +255,6 @@ def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, sch
     marker = f"actorq-{uuid.uuid4()}"
     log = tmp_path / "output.txt"
     pids: list[int] = []
-    empty_store(tmp_path)
     with log.open("w") as output:
         job = subprocess.Popen(
             [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}",

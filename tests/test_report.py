@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import empty_store, hetrl_cli, mlflow_runs, tracking_uri
+from helpers import hetrl_cli, mlflow_runs, tracking_uri
 from mlflow.tracking import MlflowClient
 
 from hetrl.report import log_report, pareto_front
@@ -178,7 +178,6 @@ def test_the_report_of_a_sweep_in_mlflow_plots_finished_jobs_and_tables_every_jo
 def sweep(tmp_path_factory) -> tuple[Path, MlflowClient]:
     """A real sweep through `python -m hetrl -m`: 2 platforms × 2 precisions × 2 seeds."""
     tmp = tmp_path_factory.mktemp("sweep")
-    empty_store(tmp)
     out = hetrl_cli(tmp, "-m", "algo=dqn", "precision=fp32,mixed", "platform=versal,cpu_gpu",
                     "steps=300", "algo.learning_starts=100", "log_every=100", "algo.hidden=[16]",
                     "seed=0,1")
