@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from hetrl.cache import user_cache
+
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
@@ -50,8 +52,7 @@ def cache_dir() -> Path:
     current = os.environ.get(CACHE_ENV)
     if current and Path(current) != Path(default_cache_dir()).absolute():
         return Path(current)
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    path = base / "hetrl" / "inductor"
+    path = user_cache() / "inductor"
     path.mkdir(parents=True, exist_ok=True)
     os.environ[CACHE_ENV] = str(path)
     return path

@@ -13,11 +13,13 @@ from pathlib import Path
 import mlflow
 from mlflow.tracking import MlflowClient
 
+from hetrl.cache import user_cache
+
 
 def empty_store() -> Path:
     """The migrated, empty store of this MLflow version (made on first use; makers racing
     each put a whole one in place)."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hetrl"
+    cache = user_cache()
     path = cache / f"mlflow-{mlflow.__version__}-empty.db"
     if not path.exists():
         cache.mkdir(parents=True, exist_ok=True)
