@@ -30,7 +30,6 @@ from omegaconf import DictConfig
 
 from hetrl.config.store import register
 from hetrl.options import compose_job
-from hetrl.platform.host import cpu_name
 from hetrl.tracking.metadata import git_state
 
 if TYPE_CHECKING:
@@ -57,6 +56,8 @@ def host_line(*modules: str) -> str:
     """The CPU (its kind and the 16-bit dtypes it computes natively, which set every speed
     figure), the load, python and the versions of `modules` (torch's always)."""
     import importlib
+
+    from hetrl.platform.host import cpu_name  # torch: not for a process that only tracks
 
     versions = [f"{m} {importlib.import_module(m).__version__}" for m in ("torch", *modules)]
     return (f"host: {platform.machine()} {cpu_name()}, {load_average()}; "

@@ -35,7 +35,6 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
-from rliable import metrics
 from common import (host_line, job_config, metric_history, parse_args, run_job, sb3_model,
                     sb3_return_mean_100, subnormals, table, write_results)
 
@@ -114,11 +113,15 @@ def scores(curves: list[Curves]) -> dict[str, np.ndarray]:
 
 
 def mean_of(x: np.ndarray) -> np.ndarray:
+    from rliable import metrics  # here: the job workers, which import this module, need none
+
     return np.array([metrics.aggregate_mean(x)])
 
 
 def improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """P(a run of x scores higher than a run of y), ties counted half."""
+    from rliable import metrics
+
     return np.array([metrics.probability_of_improvement(x, y)])
 
 

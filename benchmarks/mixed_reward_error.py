@@ -80,19 +80,22 @@ import sys
 import tempfile
 from multiprocessing import get_context
 from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
-from common import (append_line, build_job, code_state, host_line, job_config, parse_args,
-                    run_or_resume, table, verdict, write_results)
+from common import (append_line, code_state, host_line, job_config, parse_args, run_or_resume,
+                    table, verdict, write_results)
+from omegaconf import DictConfig
 
+from hetrl.build import build
 from hetrl.faults import Stopped, exit_on_stop
 from hetrl.precision.mixed import layer_forward_dtypes
-from hetrl.tracking.seeds import change_of_means, error_of_means, intervals
+from hetrl.stopping import SIGNALS
+from hetrl.tracking.seeds import REPS, bootstrap, change_of_means, error_of_means
 
 FINAL, KEPT = "eval/return_mean", "eval/best_return_mean"
 
@@ -118,11 +121,17 @@ WORKLOADS = {
 GOAL_PCT = 5.0
 CHECKPOINT_EVERY = 10_000  # env steps: what a stopped job of a --store loses at most
 MIN_SEEDS = 5
+SMOKE_WORKLOAD, SMOKE_SEEDS, SMOKE_STEPS, SMOKE_REPS = "dqn_cartpole", 2, 300, 100
+SMOKE_BUDGET = ("algo.learning_starts=100", "eval.every=150", "eval.episodes=2", "eval.final=0",
+                "platform.measure_layers=false")
+"""--smoke: DQN-CartPole, 2 seeds of 300 env steps learning from step 100, evaluated twice on 2
+episodes (no final evaluation: the table scores the evaluations); 100 bootstrap resamples."""
 
 
-def reduced_forward_layers(*overrides: str) -> int:
-    """How many layers `platform=versal precision=mixed` computes in a dtype below fp32."""
-    c = build_job(*overrides, "platform=versal", "precision=mixed", plan=True)
+def reduced_forward_layers(cfg: DictConfig) -> int:
+    """How many layers the job `cfg` (`platform=versal precision=mixed`) computes in a dtype
+    below fp32."""
+    c = build(cfg, plan=True)
     nodes = c.precision.node_dtypes(c.step_plan.graph, c.step_plan.plan, c.platform)
     return sum(dtype != torch.float32
                for layers in layer_forward_dtypes(nodes).values() for dtype in layers.values())
@@ -152,6 +161,19 @@ def train(job: Job) -> dict:
                      "platform=versal", "precision=mixed", "reference=find"]
     return run_or_resume(job.store, job.store / job.label, *overrides,
                          checkpoint_every=CHECKPOINT_EVERY)
+
+
+def intervals(scores: dict[str, np.ndarray], reps: int) -> dict[str, tuple[float, float]]:
+    """The 95 % stratified-bootstrap interval of `error_of_means` of each runs x 2 matrix over
+    `reps` resamples (as hetrl.tracking.seeds.intervals, which takes its REPS); none without
+    rliable."""
+    try:
+        cis = bootstrap(scores, error_of_means, reps)
+    except ImportError:
+        print("rliable is not installed (pip install 'hetrl[stats]'): no intervals",
+              file=sys.stderr)
+        return {}
+    return {name: (float(ci[0, 0]), float(ci[1, 0])) for name, ci in cis.items()}
 
 
 def job_scores(metrics: dict) -> dict[str, float]:
@@ -186,65 +208,89 @@ class Ledger:
         return entry
 
 
-def _train_into(conn: Connection, job: Job) -> None:
-    """A worker process's work: one job's final metrics, or the exception it raised (a
-    stopped job's `Stopped` included), sent to the parent."""
-    try:
-        conn.send(train(job))
-    except BaseException as error:  # noqa: BLE001  (the parent raises it)
-        conn.send(error)
+def _work(conn: Connection) -> None:
+    """A worker process: trains each job it is sent, one after another, and sends back its
+    final metrics or the exception it raised (a stopped job's `Stopped` included), until it is
+    sent None. Between jobs SIGINT and SIGTERM wait, blocked (a job unblocks them as it
+    starts, hetrl.experiment): one that came meanwhile is dropped as the worker ends."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    while (job := conn.recv()) is not None:
+        try:
+            conn.send(train(job))
+        except BaseException as error:  # noqa: BLE001  (the parent raises it)
+            conn.send(error)
+
+
+class Worker:
+    """A worker process (started at once), the parent's end of its pipe and the job it trains
+    (None while idle)."""
+
+    def __init__(self, context: BaseContext) -> None:
+        self.conn, there = context.Pipe()
+        self.process = context.Process(target=_work, args=(there,))
+        self.process.start()
+        there.close()
+        self.job: Job | None = None
+
+
+def _running(pool: list[Worker]) -> list[Worker]:
+    return [worker for worker in pool if worker.job is not None]
 
 
 def finished_jobs(jobs: list[Job], workers: int):
     """(job, final metrics) of each job as it finishes: in order in this process with one
-    worker, else `workers` at a time, each in a process of its own, in order but never two of
-    one store at once (a seed's mixed job waits for its fp32 one). A Ctrl-C or SIGTERM here
-    goes on to the running jobs as SIGTERM (each checkpoints and ends KILLED; for a job the
-    Ctrl-C reached too it is not a second one), no job starts after it, and a stopped job's
-    `Stopped` is raised once every running job has stopped."""
+    worker, else `workers` at a time in as many processes, each of which trains job after job
+    (a job pays no process start, with its imports), in order but never two of one store at
+    once (a seed's mixed job waits for its fp32 one). A Ctrl-C or SIGTERM here goes on to the
+    running jobs as SIGTERM (each checkpoints and ends KILLED; for a job the Ctrl-C reached
+    too it is not a second one), no job starts after it, and a stopped job's `Stopped` is
+    raised once every running job has stopped."""
     if workers == 1:
         for job in jobs:
             yield job, train(job)
         return
     context = get_context("spawn")
     waiting = list(jobs)
-    running: list[tuple[Job, Connection, BaseProcess]] = []
+    pool: list[Worker] = []
     stops: list[int] = []
 
     def stop(signum: int, frame: object) -> None:
         stops.append(signum)
-        for _, _, process in running:
-            process.terminate()
+        for worker in _running(pool):
+            worker.process.terminate()
 
-    handlers = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    handlers = {s: signal.signal(s, stop) for s in SIGNALS}
     stopped = None
     try:
-        while running or (waiting and not stops):
-            while not stops and len(running) < workers:
-                busy = {job.store for job, _, _ in running}
+        while _running(pool) or (waiting and not stops):
+            while not stops:
+                busy = {w.job.store for w in _running(pool)}
                 job = next((job for job in waiting if job.store not in busy), None)
-                if job is None:
+                idle = [w for w in pool if w.job is None]
+                if job is None or not idle and len(pool) == workers:
                     break
+                if idle:
+                    worker = idle[0]
+                else:
+                    worker = Worker(context)
+                    pool.append(worker)
                 waiting.remove(job)
-                here, there = context.Pipe(duplex=False)
-                process = context.Process(target=_train_into, args=(there, job))
-                process.start()
-                there.close()
-                running.append((job, here, process))
+                worker.job = job
+                worker.conn.send(job)
                 if stops:  # the stop came as it started
-                    process.terminate()
-            ready = set(wait([end for _, conn, process in running
-                              for end in (conn, process.sentinel)]))
-            for done in [r for r in running if r[1] in ready or r[2].sentinel in ready]:
-                job, conn, process = done
+                    worker.process.terminate()
+            running = _running(pool)
+            ready = set(wait([end for w in running for end in (w.conn, w.process.sentinel)]))
+            for worker in [w for w in running if ready & {w.conn, w.process.sentinel}]:
+                job, worker.job = worker.job, None
                 try:
-                    outcome = conn.recv()
+                    outcome = worker.conn.recv()
                 except EOFError:  # it died without a word
+                    pool.remove(worker)
+                    worker.process.join()
                     outcome = None if stops else RuntimeError(
                         f"the worker of seed {job.seed}'s {job.label} job exited "
-                        f"(code {process.exitcode})")
-                running.remove(done)
-                process.join()
+                        f"(code {worker.process.exitcode})")
                 if isinstance(outcome, Stopped) or outcome is None:
                     stopped = stopped or outcome
                 elif isinstance(outcome, BaseException):
@@ -256,9 +302,15 @@ def finished_jobs(jobs: list[Job], workers: int):
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-        for _, _, process in running:  # a failure elsewhere: they stop, checkpointed
-            process.terminate()
-            process.join()
+        for worker in pool:
+            if worker.job is not None:  # a failure elsewhere: it stops, checkpointed
+                worker.process.terminate()
+            try:
+                worker.conn.send(None)
+            except OSError:  # it is gone
+                pass
+        for worker in pool:
+            worker.process.join()
 
 
 def scored_jobs(store: Path, jobs: dict[str, tuple[list[str], int]], seeds: range,
@@ -308,16 +360,15 @@ def main() -> None:
         parser.error(f"--workers {args.workers}: give 1 or more (seeds trained at a time)")
     if not args.smoke and args.seeds < MIN_SEEDS:
         parser.error(f"--seeds {args.seeds}: a reward error of 1-5 % needs >= {MIN_SEEDS} seeds")
-    names = ["dqn_cartpole"] if args.smoke else args.workload or list(WORKLOADS)
-    seeds = range(2 if args.smoke else args.seeds)
+    names = [SMOKE_WORKLOAD] if args.smoke else args.workload or list(WORKLOADS)
+    seeds = range(SMOKE_SEEDS if args.smoke else args.seeds)
     ledger = Ledger(args.ledger) if args.ledger else None
     jobs = {}
     for name in names:
         overrides, steps, every, episodes, _, _ = WORKLOADS[name]
-        steps = 300 if args.smoke else args.steps or steps
+        steps = SMOKE_STEPS if args.smoke else args.steps or steps
         if args.smoke:
-            budget = [f"steps={steps}", "algo.learning_starts=100", "eval.every=150",
-                      "eval.episodes=2", "platform.measure_layers=false"]
+            budget = [f"steps={steps}", *SMOKE_BUDGET]
         else:
             budget = [f"steps={steps}", f"eval.every={every}", f"eval.episodes={episodes}",
                       "log_every=5000"]
@@ -334,8 +385,10 @@ def main() -> None:
             print(f"{name} seed {seed}: " + "  ".join(
                 f"{key} fp32 {fp32[key][seed]:.1f} mixed {mixed[key][seed]:.1f}"
                 for key in (FINAL, KEPT)), flush=True)
-        reduced = reduced_forward_layers(*overrides, "tracking=none")
-        solved = gym.spec(job_config(*overrides)[0].env.id).reward_threshold
+        mixed_job = job_config(*overrides, "tracking=none", "platform=versal",
+                               "precision=mixed")[0]
+        reduced = reduced_forward_layers(mixed_job)
+        solved = gym.spec(mixed_job.env.id).reward_threshold
         for key in (score, *({FINAL, KEPT} - {score})):  # the scored return first
             rows.append((name, paper, key, key == score, np.array(fp32[key]),
                          np.array(mixed[key]), reduced, solved))
@@ -343,7 +396,7 @@ def main() -> None:
     for name, _, key, _, a, b, _, _ in rows:
         scores[f"{name}/{key}/error"] = np.stack([a, b], axis=1)
         scores[f"{name}/{key}/floor"] = np.stack([a, a], axis=1)
-    cis = intervals(scores) or {}
+    cis = intervals(scores, SMOKE_REPS if args.smoke else REPS)
     out = []
     for name, paper, key, scored, a, b, reduced, solved in rows:
         error = float(error_of_means(scores[f"{name}/{key}/error"])[0])

@@ -5,7 +5,7 @@ server (`python -m hetrl.tracking.server up`) on sqlite and on PostgreSQL. No an
 figure.
 
     python benchmarks/tracking_load.py           # 1/4/8 writers, 100 batches of 100 rows each
-    python benchmarks/tracking_load.py --smoke   # 2 writers, 5 batches of 50 rows; 1 server worker
+    python benchmarks/tracking_load.py --smoke   # 1 writer, 5 batches of 50 rows; 1 server worker
     python benchmarks/tracking_load.py --stores sqlite,server+sqlite
 
 Each writer creates its run, waits for the others, then logs its batches back to back
@@ -36,6 +36,16 @@ from common import host_line, parse_args, table, write_results
 from hetrl.tracking import server as tracking_server
 
 STORES = ("sqlite", "server+sqlite", "server+PostgreSQL")
+SMOKE = {"counts": (1,), "batches": 5, "rows": 50, "workers": 1}
+"""--smoke: one writer of 5 batches of 50 rows, a server of 1 worker, on a sqlite file and one
+server (`smoke_stores`)."""
+
+
+def smoke_stores() -> list[str]:
+    """--smoke's stores: a sqlite file and a server, on PostgreSQL where it is installed (a
+    server on sqlite runs the same code here, with the other backend)."""
+    return ["sqlite", "server+sqlite" if tracking_server.postgres_missing()
+            else "server+PostgreSQL"]
 
 
 def _writer(uri: str, name: str, batches: int, rows: int, ready, start, out) -> None:
@@ -163,17 +173,19 @@ def serving(store: str, workers: int | None) -> Iterator[tuple[str, Server | Non
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="seconds: few, small batches")
-    parser.add_argument("--stores", default=",".join(STORES),
-                        help=f"which of {', '.join(STORES)} (default: all)")
+    parser.add_argument("--stores", help=f"which of {', '.join(STORES)} (default: all; "
+                                          "--smoke: see smoke_stores)")
     parser.add_argument("--workers", type=int, default=None,
                         help="the servers' worker processes (default: the script's; --smoke: 1)")
     args = parse_args(parser)
-    stores = args.stores.split(",")
+    stores = (args.stores.split(",") if args.stores else smoke_stores() if args.smoke
+              else list(STORES))
     if unknown := set(stores) - set(STORES):
         parser.error(f"--stores {args.stores}: no store {', '.join(sorted(unknown))}; "
                      f"choose among {', '.join(STORES)}")
-    counts, batches, rows = ((2,), 5, 50) if args.smoke else ((1, 4, 8), 100, 100)
-    workers = args.workers or (1 if args.smoke else None)
+    counts, batches, rows = ((SMOKE["counts"], SMOKE["batches"], SMOKE["rows"]) if args.smoke
+                             else ((1, 4, 8), 100, 100))
+    workers = args.workers or (SMOKE["workers"] if args.smoke else None)
     print(host_line("mlflow"))
     results, notes = [], []
     for store in stores:

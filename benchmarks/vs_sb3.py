@@ -102,12 +102,15 @@ class Mode:
     n_envs: tuple[str, str] = ("4,8", "1,4")  # swept by the best candidates
     threads: int = 2  # of the best settings (smoke: 1, so that a busy core cannot stall it)
     extra: tuple[str, ...] = ()
+    schedulers: tuple[str, str] = ("sync,pearl", "sync,pearl")  # swept by the best candidates
 
 
 MODES = {"full": Mode((20000, 3000), 5, 0.5),
          "quick": Mode((6000, 800), 3, 0.2, n_envs=("4", "1")),
          "smoke": Mode((300, 120), 1, 0.01, 300, (2, 2), (100, 60), ("4", "1"), 1,
-                       ("platform.measure_layers=false",))}
+                       ("platform.measure_layers=false", "eval.final=0"), ("pearl", "sync"))}
+"""--smoke: tiny budgets, 1 thread, one Timer round of 0.01 s; each workload's best sweep a
+single job (DQN's under pearl, DDPG's under sync), no final evaluation (nothing reads it)."""
 
 
 @dataclass
@@ -134,7 +137,7 @@ def workloads(mode: Mode, only: str) -> list[Workload]:
                 "seed=0", *mode.extra]
         best = ["platform.threads=1,2" if mode.threads == 2 else "platform.threads=1",
                 *["precision=bf16"] * best_in_bf16(algo), f"env.n_envs={mode.n_envs[i]}",
-                "scheduler=sync,pearl", "replay=uniform"]
+                f"scheduler={mode.schedulers[i]}", "replay=uniform"]
         chosen.append(Workload(
             f"{algo.upper()} {env_id}", algo, env_id, batch, mode.updates[i], mode.steps[i],
             lambda *extra, base=base: list({o.split("=")[0]: o for o in (*base, *extra)}.values()),
@@ -223,7 +226,9 @@ def learner_rates(w: Workload, mode: Mode) -> dict[str, float]:
     torch.manual_seed(0)
     np.random.seed(0)
     hetrl, hetrl_update, fixed = hetrl_learner(w, mode.fill)
-    best, best_update, _ = hetrl_learner(w, mode.fill, *["precision=bf16"] * best_in_bf16(w.algo))
+    # the best setting's learner: where it is the same job (fp32), the same one, at 2 threads
+    best, best_update, _ = (hetrl_learner(w, mode.fill, "precision=bf16")
+                            if best_in_bf16(w.algo) else (hetrl, hetrl_update, fixed))
     calls = {"hetrl": hetrl, "hetrl_update_only": hetrl_update, "sb3": sb3_learner(w, mode.fill),
              "plain_default": plain(w, fixed, fused=False, bf16=False),
              "plain_fused": plain(w, fixed, fused=True, bf16=False), "hetrl_best": best,

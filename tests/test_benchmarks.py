@@ -25,18 +25,27 @@ BENCHMARKS = sorted(path for path in (Path(__file__).parent.parent / "benchmarks
 # what a benchmark needs beyond `.[test]`: SB3 for those that run it as their reference
 EXTRAS = {name: "stable_baselines3" for name in ("vs_sb3.py", "pearl_eps.py", "learning_vs_sb3.py")}
 # benchmarks whose smoke a test of their own runs and checks further (below)
-OWN_TEST = {"mixed_reward_error.py", "apdrl_tables.py"}
+OWN_TEST = {"mixed_reward_error.py", "partition_scaling.py"}
 SMOKED = [path for path in BENCHMARKS if path.name not in OWN_TEST]
 TABLE = re.compile(r"^\|(---:?\|)+$", re.MULTILINE)
+COMMITTED = BENCHMARKS[0].parent / "results"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", SMOKED, ids=[path.stem for path in SMOKED])
 def test_smoke(script: Path, tmp_path: Path) -> None:
-    """A benchmark with several modes smokes them all in its one `--smoke` run."""
+    """A benchmark with several modes smokes them all in its one `--smoke` run, which writes
+    nothing into the committed benchmarks/results/ (the tests run them)."""
     if script.name in EXTRAS:
         pytest.importorskip(EXTRAS[script.name], reason="pip install -e '.[bench]'")
-    assert TABLE.search(out := _smoke(script, tmp_path)), out[-3000:]
+    before = _sizes(COMMITTED)
+    out = _smoke(script, tmp_path)
+    assert _sizes(COMMITTED) == before
+    assert TABLE.search(out) and "results appended" not in out, out[-3000:]
+
+
+def _sizes(folder: Path) -> dict[Path, int]:
+    return {path: path.stat().st_size for path in folder.iterdir()}
 
 
 def _smoke(script: Path, cwd: Path, *args: str) -> str:
@@ -53,7 +62,7 @@ def test_the_committed_results_read_back_with_their_commit_date_and_host() -> No
     """Every line of benchmarks/results/*.jsonl is a JSON record with the commit, date and
     host line it was measured on; a benchmark's own file holds its tables' rows as dicts (the
     ledger of mixed_reward_error's jobs, reward_error.jsonl, holds a job's scores instead)."""
-    files = sorted((BENCHMARKS[0].parent / "results").glob("*.jsonl"))
+    files = sorted(COMMITTED.glob("*.jsonl"))
     assert files
     for path in files:
         for line in path.read_text().splitlines():
@@ -66,23 +75,25 @@ def test_the_committed_results_read_back_with_their_commit_date_and_host() -> No
 
 @pytest.mark.slow
 def test_a_benchmark_appends_its_record_to_the_results_it_is_given(tmp_path: Path) -> None:
-    """A smoke run writes nothing into the committed benchmarks/results/ (the tests run
-    them); given `--results FILE` it appends one record there that reads back with the commit,
-    dirty flag, date, host line, its args and its tables' rows as dicts by column."""
-    script = next(path for path in BENCHMARKS if path.name == "apdrl_tables.py")
-    committed = script.parent / "results"
-    before = {path: path.stat().st_size for path in committed.iterdir()}
-    out = _smoke(script, tmp_path)
-    assert {path: path.stat().st_size for path in committed.iterdir()} == before
-    assert TABLE.search(out) and "results appended" not in out, out[-3000:]
-    _smoke(script, tmp_path, "--results", "out/apdrl.jsonl")
-    [line] = (tmp_path / "out" / "apdrl.jsonl").read_text().splitlines()
+    """Given `--results FILE`, a smoke run appends one record there (and nothing to the
+    committed benchmarks/results/, as test_smoke shows of every smoke run without it) that
+    reads back with the commit, dirty flag, date, host line, its args and its tables' rows as
+    dicts by column. This run is partition_scaling's smoke (a second of ILP solves)."""
+    script = next(path for path in BENCHMARKS if path.name == "partition_scaling.py")
+    before = _sizes(COMMITTED)
+    out = _smoke(script, tmp_path, "--results", "out/scaling.jsonl")
+    assert _sizes(COMMITTED) == before
+    assert TABLE.search(out) and "results appended to out/scaling.jsonl" in out, out[-3000:]
+    [line] = (tmp_path / "out" / "scaling.jsonl").read_text().splitlines()
     record = json.loads(line)
-    assert record["benchmark"] == "apdrl_tables" and len(record["commit"]) == 7
+    assert record["benchmark"] == "partition_scaling" and len(record["commit"]) == 7
     assert isinstance(record["dirty"], bool) and record["date"][:2] == "20"
-    assert record["host"].startswith("host: ") and record["args"] == {"smoke": True}
+    assert record["host"].startswith("host: ") and record["args"] == {
+        "sizes": [15, 30, 60, 100, 200, 500], "time_limit": 10.0, "tightness": 0.4,
+        "disjunctive": False, "seed": 0, "smoke": True}  # as parsed, --results aside
     rows = record["tables"][0]["rows"]
-    assert rows and set(rows[0]) >= {"hidden", "FP32 step ms (modeled)"}, record["tables"]
+    assert [row["nodes"] for row in rows] == [15, 30], record["tables"]
+    assert set(rows[0]) >= {"edges", "status", "gap"}, record["tables"]
 
 
 @pytest.mark.slow
@@ -127,18 +138,21 @@ def test_a_stored_reward_error_run_reads_its_finished_jobs_back(tmp_path: Path) 
 def test_the_workloads_of_a_reward_error_run_share_one_queue(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With 2 workers, the second workload's fp32 job trains beside the first workload's, not
-    after its mixed one: no worker waits while a workload has a job it could train."""
+    after its mixed one: no worker waits while a workload has a job it could train. (The
+    order is the queue's, whatever a job's size: each trains 100 env steps, 8 updates from
+    step 64, and evaluates once.)"""
     script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
     monkeypatch.syspath_prepend(str(script.parent))  # as the spawned workers import it
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     bench = importlib.import_module(script.stem)
-    job = ["algo=dqn", "env=cartpole", "steps=300", "algo.learning_starts=100",
-           "eval.every=150", "eval.episodes=2", "platform.measure_layers=false"]
-    found = bench.scored_jobs(tmp_path, {"a": (job, 300), "b": (job, 300)}, range(1), 2, None)
+    job = ["algo=dqn", "env=cartpole", "steps=100", "algo.learning_starts=64",
+           "algo.train_freq=32", "algo.gradient_steps=4", "eval.every=100", "eval.episodes=1",
+           "eval.final=0", "platform.measure_layers=false"]
+    found = bench.scored_jobs(tmp_path, {"a": (job, 100), "b": (job, 100)}, range(1), 2, None)
     assert sorted(found) == [(name, 0, label) for name in "ab" for label in ("fp32", "mixed")]
     assert found["a", 0, "fp32"] == found["b", 0, "fp32"]  # one seeded job, twice
     started = {(name, run.data.tags["precision"]): run.info.start_time
-               for name in "ab" for run in mlflow_runs(tmp_path / f"{name}-300steps" / "seed0")}
+               for name in "ab" for run in mlflow_runs(tmp_path / f"{name}-100steps" / "seed0")}
     assert started["b", "fp32"] < started["a", "mixed"], started
 
 
