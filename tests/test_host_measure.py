@@ -179,7 +179,7 @@ def _mixed_job_timed(monkeypatch, ms: dict[str, float], *overrides: str):
     monkeypatch.setattr(hetrl.build, "compare_updates", compare_updates)
     _critic_faster_in_bfloat16(monkeypatch)
     c = build_job("algo=ddpg", "env=pendulum", "algo.hidden=[8,8]", "precision=mixed",
-                  *overrides, plan=True)
+                  "compile=false", *overrides, plan=True)  # the update as planned, eager
     c.envs.close()
     return c, timed
 
@@ -282,7 +282,7 @@ def test_a_16_bit_precision_slower_than_float32_warns_with_the_measured_slowdown
                         lambda learners, *a, **k: {"precision": 0.1, "float32": 0.01})
     with caplog.at_level("WARNING", logger="hetrl"):
         c = build_job("algo=ddpg", "env=pendulum", "algo.hidden=[8,8]", "precision=fp16",
-                      plan=True)
+                      "compile=false", plan=True)
     c.envs.close()
     (record,) = [r for r in caplog.records if "slower than float32" in r.getMessage()]
     assert "float16 computes an update of DDPG 10.0x slower" in record.getMessage()
