@@ -19,7 +19,8 @@ from hetrl.scheduler.state import LoopState
 from hetrl.scheduler.updates import Updates
 
 SCHEDULE = ("algo=dqn", "env=cartpole", "steps=1000", "algo.learning_starts=200",
-            "algo.train_freq=4", "algo.gradient_steps=2", "algo.hidden=[32]", "tracking=none")
+            "algo.train_freq=4", "algo.gradient_steps=2", "algo.hidden=[32]", "tracking=none",
+            "eval.final=0")  # the loop's figures: no final greedy evaluation needed
 
 
 @pytest.mark.parametrize("envs", ["env.n_envs=1", "env.n_envs=4",
@@ -141,7 +142,8 @@ def test_every_loop_ends_at_the_first_log_that_reaches_stop_return(tmp_path, loo
     """CartPole's random policy returns about 22: a stop_return of 15 is reached at one of
     the first logs, long before the budget."""
     result = run_job(tmp_path, *loop.split(), "env=cartpole", "steps=20000", "log_every=256",
-                     "stop_return=15", "eval.every=100000", "eval.episodes=1")
+                     "stop_return=15", "eval.every=100000", "eval.episodes=1", "eval.final=0",
+                     "compile=false")
     curve = metric_history(tmp_path, result["run_id"], "return_mean_100")
     first = next(step for step, value in curve if value >= 15)
     assert result["stop_return/step"] == first == curve[-1][0] < 20000
