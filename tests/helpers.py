@@ -47,13 +47,20 @@ def run_job(tmp_path: Path, *overrides: str, ready_store: bool = True) -> dict:
     """Run one job in this process, tracking to a sqlite store under tmp_path: where missing,
     a copy of an empty one, or with `ready_store=False` none, for the job to make (as outside
     the tests: for tests that a rejected job makes none)."""
-    store = tmp_path / "mlflow.db"
-    if ready_store and not store.exists():
-        shutil.copyfile(empty_store(), store)
+    if ready_store:
+        new_store(tmp_path)
     cfg, choices = compose_job(f"tracking.uri={tracking_uri(tmp_path)}", *overrides)
     out = tmp_path / f"job{len(list(tmp_path.glob('job*')))}"
     out.mkdir()
     return experiment.run(cfg, choices, out)
+
+
+def new_store(tmp_path: Path) -> None:
+    """tmp_path's sqlite store, where missing, as a copy of an empty one (MLflow would make
+    it by running its migrations: seconds on a busy host)."""
+    store = tmp_path / "mlflow.db"
+    if not store.exists():
+        shutil.copyfile(empty_store(), store)
 
 
 def tracking_uri(tmp_path: Path) -> str:

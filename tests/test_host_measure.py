@@ -54,7 +54,7 @@ def test_every_node_of_a_delayed_policy_update_is_timed_and_the_learner_is_untou
 
 def test_a_host_job_logs_its_measured_plan_apart_from_modeled_figures(tmp_path, client):
     run_job(tmp_path, "algo=dqn", "steps=300", "algo.learning_starts=100", "log_every=100",
-            "algo.hidden=[32,32]")
+            "algo.hidden=[32,32]", "eval.final=0")
     (run,) = mlflow_runs(tmp_path)
     metrics = run.data.metrics
     assert metrics["host/plan_step_s"] > 0 and metrics["host/plan_eps"] > 0
@@ -179,7 +179,7 @@ def _mixed_job_timed(monkeypatch, ms: dict[str, float], *overrides: str):
     monkeypatch.setattr(hetrl.build, "compare_updates", compare_updates)
     _critic_faster_in_bfloat16(monkeypatch)
     c = build_job("algo=ddpg", "env=pendulum", "algo.hidden=[8,8]", "precision=mixed",
-                  *overrides, plan=True)
+                  "compile=false", *overrides, plan=True)  # the update as planned, eager
     c.envs.close()
     return c, timed
 
@@ -258,7 +258,8 @@ def test_a_resumed_mixed_job_computes_in_the_dtypes_it_chose_not_in_a_new_choice
     monkeypatch.setattr(hetrl.build, "compare_updates", compare_updates)
     _critic_faster_in_bfloat16(monkeypatch)
     job = ("tracking=none", "algo=ddpg", "env=pendulum", "algo.hidden=[8,8]",
-           "algo.batch_size=16", "algo.learning_starts=50", "precision=mixed", "log_every=100")
+           "algo.batch_size=16", "algo.learning_starts=50", "precision=mixed", "log_every=100",
+           "reference=find", "eval.final=0")  # no fp32 twin, no final evaluation: not checked
     cfg, choices = compose_job(*job, "steps=100")
     (tmp_path / "job").mkdir()
     experiment.run(cfg, choices, tmp_path / "job")
@@ -282,7 +283,7 @@ def test_a_16_bit_precision_slower_than_float32_warns_with_the_measured_slowdown
                         lambda learners, *a, **k: {"precision": 0.1, "float32": 0.01})
     with caplog.at_level("WARNING", logger="hetrl"):
         c = build_job("algo=ddpg", "env=pendulum", "algo.hidden=[8,8]", "precision=fp16",
-                      plan=True)
+                      "compile=false", plan=True)
     c.envs.close()
     (record,) = [r for r in caplog.records if "slower than float32" in r.getMessage()]
     assert "float16 computes an update of DDPG 10.0x slower" in record.getMessage()
@@ -293,7 +294,7 @@ def test_a_16_bit_precision_slower_than_float32_warns_with_the_measured_slowdown
 def test_a_ddpg_job_with_mixed_precision_runs_on_the_host(tmp_path, client):
     run_job(tmp_path, "algo=ddpg", "env=pendulum", "precision=mixed", "steps=300",
             "algo.learning_starts=100", "log_every=100", "algo.hidden=[32,32]",
-            "algo.batch_size=32")
+            "algo.batch_size=32", "eval.final=0")
     runs = {r.data.tags["precision"]: r for r in mlflow_runs(tmp_path)}
     assert set(runs) == {"mixed", "fp32"}  # the fp32 twin, for the reward error
     run = runs["mixed"]

@@ -47,7 +47,7 @@ FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "-
 
 SWEEP = ("algo=dqn", "precision=fp32,mixed", "platform=versal,cpu_gpu", "steps=300",
          "algo.learning_starts=100", "log_every=100", "algo.hidden=[16]",
-         "tracking.system_metrics_s=0")
+         "tracking.system_metrics_s=0", "eval.final=0", "compile=false")
 PARENT = "sweep precision=fp32,mixed platform=versal,cpu_gpu"
 JOBS = ("dqn-cartpole-versal-fp32-s0", "dqn-cartpole-cpu_gpu-fp32-s0",
         "dqn-cartpole-versal-mixed-s0", "dqn-cartpole-cpu_gpu-mixed-s0")

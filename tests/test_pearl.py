@@ -4,6 +4,7 @@ the System Composer (Algorithm 2, Eq. 6), portability Φ (Eq. 7), EPS against ba
 from __future__ import annotations
 
 import math
+from functools import cache
 from itertools import product
 
 import gymnasium as gym
@@ -20,7 +21,9 @@ CARTPOLE = ("algo=dqn", "env=cartpole", "algo.hidden=[64]")  # PEARL's 4-64-2 (B
 PONG = ("algo=dqn", "env=pong", "algo.cnn=dqn2013", "algo.buffer_size=8192")
 
 
+@cache
 def composition(workload: tuple[str, ...], platform: str, batch: int):
+    """The composer's choice for the workload's learner (made once: the tests only read it)."""
     register()
     cfg, _ = compose_job(*workload, f"platform={platform}", f"algo.batch_size={batch}",
                          "partitioner=composer")

@@ -17,12 +17,14 @@ from hetrl.partition.objective import objective, resource_violations
 from hetrl.partition.single import SinglePartitioner
 
 TINY = ("steps=300", "algo.learning_starts=100", "algo.train_freq=4", "algo.gradient_steps=1",
-        "algo.hidden=[32,32]", "algo.batch_size=32", "log_every=100")
+        "algo.hidden=[32,32]", "algo.batch_size=32", "log_every=100", "eval.final=0")
+"""A job that trains a little; no final greedy evaluation (no test of planning reads it)."""
 
 
 def _planned(*overrides: str):
-    """The learner (the precision policy applied by its plan), platform, precision, plan."""
-    c = build_job(*overrides, plan=True)
+    """The learner (the precision policy applied by its plan), platform, precision, plan;
+    its update left eager (compile=false: whether compiling would pay is not planning's)."""
+    c = build_job(*overrides, "compile=false", plan=True)
     return c.learner, c.platform, c.precision, c.step_plan
 
 

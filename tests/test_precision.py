@@ -166,6 +166,6 @@ def test_an_overflow_skips_the_step_and_backs_off_clean_steps_grow_the_scale():
 def test_sixteen_bit_precisions_train_and_log_skipped_steps(tmp_path, precision):
     result = run_job(tmp_path, "algo=dqn", f"precision={precision}", "steps=600",
                      "algo.learning_starts=100", "algo.train_freq=4", "algo.gradient_steps=1",
-                     "algo.hidden=[32]", "tracking=none")
+                     "algo.hidden=[32]", "reference=find", "tracking=none")  # no fp32 twin
     assert result["updates"] == 125 and result["learner/loss"] >= 0
     assert result["precision/skipped_steps"] >= 0

@@ -255,9 +255,12 @@ def test_bad_actor_and_qat_settings_are_named(override):
 
 
 def test_int8_run_logs_ptq_reward_error_against_fp32_on_the_same_episodes(tmp_path):
+    """The PTQ error is the run's own (its policy quantized and not, on the same episodes):
+    no fp32 reference run (reference=find) nor final greedy evaluation is needed for it."""
     results = run_job(tmp_path, "steps=300", "algo.learning_starts=100", "log_every=300",
                       "actors.precision=int8", "actors.int8_mode=paper", "actors.eval_episodes=2",
-                      "precision=qat", "precision.quant_delay=0", "precision.bits=6")
+                      "precision=qat", "precision.quant_delay=0", "precision.bits=6",
+                      "reference=find", "eval.final=0")
     (run,) = [r for r in mlflow_runs(tmp_path) if r.info.run_id == results["run_id"]]
     assert run.data.tags["actors"] == "local"
     fp32, quantized = run.data.metrics["ptq_return_fp32"], run.data.metrics["ptq_return_quantized"]

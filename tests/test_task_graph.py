@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from functools import cache
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -24,8 +25,10 @@ from hetrl.partition.steps import actor_critic_step_graph, dqn_step_graph
 BATCH = 32
 
 
+@cache
 def breakout(batch: int) -> TaskGraph:
-    """The graph of the DQN learner a job builds for env=breakout: the Nature CNN on frames."""
+    """The graph of the DQN learner a job builds for env=breakout: the Nature CNN on frames
+    (built once per batch size; the tests only read it)."""
     c = build_job("algo=dqn", "env=breakout", f"algo.batch_size={batch}")
     c.envs.close()
     return c.learner.task_graph(batch)

@@ -27,6 +27,7 @@ from hetrl.stopping import deferred_stops  # noqa: E402
 from hetrl.tracking.base import REFERENCE_TAG  # noqa: E402
 from hetrl.tracking.empty_store import create_store  # noqa: E402
 from hetrl.tracking.metadata import system_tags  # noqa: E402
+from hetrl.tracking.sqlite import store_uri, wal_mode  # noqa: E402
 
 _BATCH = 100  # MLflow's limit of params per log_batch call
 EXPERIMENT_KIND = "mlflow.experimentKind"
@@ -53,7 +54,7 @@ def client_for(uri: str, experiment: str,
     and artifacts go to `mlartifacts/` beside the database. A folder that cannot be written
     is named at once (MLflow would retry for ~100 s, then say "unable to open database file").
     A sqlite store takes many writers (a parallel sweep's jobs): it is in WAL mode, each
-    connection waits up to SQLITE_BUSY_S for a lock (`store_uri`), and the schema and the
+    connection waits up to sqlite.SQLITE_BUSY_S for a lock (`store_uri`), and the schema and the
     experiment are created under a file lock beside the database (MLflow's own store creates
     its tables unguarded: two jobs starting together on a new store lost one of them).
     An http(s) store (a tracking server: python -m hetrl.tracking.server) must answer first
@@ -76,7 +77,6 @@ def client_for(uri: str, experiment: str,
         return client, _experiment_id(client, experiment, artifact_location, view_columns)
 
 
-SQLITE_BUSY_S = 60  # how long a sqlite connection waits for another writer's lock
 SERVER_WAIT_S = 3.0  # how long a tracking server that does not answer is retried
 _SILENT: set[str] = set()  # servers that did not answer in this process: not waited for again
 
@@ -142,25 +142,6 @@ def check_server(uri: str, experiment: str = "Default") -> None:
                     f"or start it with --allowed-hosts {urlsplit(uri).netloc}")
     raise Fault(f"tracking.uri={uri} answered HTTP {response.status_code}, not as an MLflow "
                 f"tracking server: {text!r}; is that the port of one? {start}")
-
-
-def store_uri(uri: str) -> str:
-    """The URI MLflow connects with: a sqlite one gets pysqlite's busy timeout (its default
-    is 5 s, short for eight jobs logging at once)."""
-    if not uri.startswith("sqlite:///") or "timeout=" in uri:
-        return uri
-    return f"{uri}{'&' if '?' in uri else '?'}timeout={SQLITE_BUSY_S}"
-
-
-def wal_mode(db: Path) -> None:
-    """Put the database in WAL mode (kept in the file: once is enough): readers no longer
-    block the writer, and writers wait on one another instead of failing."""
-    import sqlite3
-
-    with sqlite3.connect(db, timeout=SQLITE_BUSY_S) as connection:
-        if connection.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-            connection.execute("PRAGMA journal_mode=WAL")
-    connection.close()
 
 
 class _file_lock:

@@ -49,6 +49,7 @@ from hetrl.tracking.postgres import (
     start_postgres,
     stop_postgres,
 )
+from hetrl.tracking.sqlite import store_uri, wal_mode
 
 STATE = "server.json"
 ENGINES = 3  # SQLAlchemy engines per server process: tracking, model registry and jobs stores
@@ -156,8 +157,6 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def sqlite_uri(db: Path) -> str:
     """The server's sqlite store: WAL mode and a busy timeout, as hetrl's jobs use it."""
-    from hetrl.tracking.mlflow import store_uri, wal_mode
-
     wal_mode(db)
     return store_uri(f"sqlite:///{db}")
 
