@@ -107,10 +107,12 @@ class Mode:
 
 MODES = {"full": Mode((20000, 3000), 5, 0.5),
          "quick": Mode((6000, 800), 3, 0.2, n_envs=("4", "1")),
-         "smoke": Mode((300, 120), 1, 0.01, 300, (2, 2), (100, 60), ("4", "1"), 1,
-                       ("platform.measure_layers=false", "eval.final=0"), ("pearl", "sync"))}
-"""--smoke: tiny budgets, 1 thread, one Timer round of 0.01 s; each workload's best sweep a
-single job (DQN's under pearl, DDPG's under sync), no final evaluation (nothing reads it)."""
+         "smoke": Mode((300, 80), 1, 0.01, 300, (2, 2), (100, 60), ("4", "1"), 1,
+                       ("platform.measure_layers=false", "eval.final=0", "compile=false"),
+                       ("pearl", "sync"))}
+"""--smoke: tiny budgets (50 DQN updates, 20 DDPG ones a job), 1 thread, one Timer round of
+0.01 s; each workload's best sweep a single job (DQN's under pearl, DDPG's under sync); jobs
+eager (auto would time updates to find that) with no final evaluation (nothing reads it)."""
 
 
 @dataclass
