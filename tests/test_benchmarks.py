@@ -97,22 +97,40 @@ def test_a_benchmark_appends_its_record_to_the_results_it_is_given(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_a_stored_reward_error_run_reads_its_finished_jobs_back(tmp_path: Path) -> None:
+def test_a_stored_reward_error_run_reads_its_finished_jobs_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     """`mixed_reward_error.py --smoke --store --ledger`: run again with the store, it prints
     the same table without training a job again (a stopped one would resume from its
     checkpoint, as test_reproducibility.py shows of any job); run with the ledger alone, on a
     machine without the store, the same table again. The first run trains its two seeds in two
-    worker processes, the others read them back in one. With the ledger's fp32 jobs alone, in
-    a new store, the mixed jobs train again and no fp32 twin beside them."""
+    worker processes, the others read them back in one (the test's own: only the runs that
+    train have processes of their own). With the ledger's fp32 jobs alone, in a new store, the
+    mixed jobs train again and no fp32 twin beside them."""
     script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
-    outputs, checkpoints = [], []
-    for args in (["--store", "store", "--workers", "2", "--ledger", "ledger.jsonl"],
-                 ["--store", "store"], ["--ledger", "ledger.jsonl"]):
-        outputs.append(_smoke(script, tmp_path, *args))
-        checkpoints.append({path: path.stat().st_mtime_ns
-                            for path in (tmp_path / "store").glob("*/seed*/*/checkpoint.pt")})
-    assert len(checkpoints[0]) == 4  # 2 seeds x (fp32, mixed)
-    assert checkpoints[2] == checkpoints[1] == checkpoints[0]
+    monkeypatch.syspath_prepend(str(script.parent))
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.chdir(tmp_path)
+    bench = importlib.import_module(script.stem)
+
+    def read_back(*args: str) -> str:
+        """What the benchmark prints, run with `--smoke <args>` in this process."""
+        monkeypatch.setattr(sys, "argv", [str(script), "--smoke", *args])
+        capsys.readouterr()
+        bench.main()
+        return capsys.readouterr().out
+
+    def checkpoints() -> dict[Path, int]:
+        return {path: path.stat().st_mtime_ns
+                for path in (tmp_path / "store").glob("*/seed*/*/checkpoint.pt")}
+
+    outputs = [_smoke(script, tmp_path, "--store", "store", "--workers", "2", "--ledger",
+                      "ledger.jsonl")]
+    stored = [checkpoints()]
+    for args in (["--store", "store"], ["--ledger", "ledger.jsonl"]):
+        outputs.append(read_back(*args))
+        stored.append(checkpoints())
+    assert len(stored[0]) == 4  # 2 seeds x (fp32, mixed)
+    assert stored[2] == stored[1] == stored[0]
     ledger = (tmp_path / "ledger.jsonl").read_text().splitlines()
     assert len(ledger) == 4  # a line a job
     assert outputs[2].count("from the ledger") == 4 and "from the ledger" not in outputs[0]
