@@ -58,8 +58,10 @@ TASKS = {
 FULL = {"dqn_cartpole": 20000, "d4pg_dmc_cartpole_balance": 20000}
 SMOKE = {"tasks": ["dqn_cartpole"], "precisions": ["fp32", "int8"], "actors": 1,
          "pull_every": 100}
-SMOKE_WIDTH, SMOKE_STEPS, SMOKE_JOB = 16, 300, ("algo.learning_starts=100",)
-"""--smoke: DQN, fp32 and int8 actors (one each), width 16, 300 steps learning from 100."""
+SMOKE_WIDTH, SMOKE_STEPS, SMOKE_JOB = 16, 300, ("algo.learning_starts=100", "compile=false",
+                                                "eval.final=0")
+"""--smoke: DQN, fp32 and int8 actors (one each), width 16, 300 steps learning from 100, eager
+(a few updates pay no compile) and with no final evaluation (the table reads the actors')."""
 
 
 def run_task(task: str, precisions: list[str], args: argparse.Namespace, store: Path) -> list:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -88,8 +89,14 @@ def core_check(min_run_time: float = 0.2) -> str:
 
 def job_config(*overrides: str) -> tuple[DictConfig, dict[str, str]]:
     """The config and choices `python -m hetrl <overrides>` would get."""
-    register()
+    _registered()
     return compose_job(*overrides)
+
+
+@cache
+def _registered() -> None:
+    """hetrl's schemas in Hydra's ConfigStore, which keeps them: once a process."""
+    register()
 
 
 def build_job(*overrides: str, plan: bool = False) -> Components:

@@ -43,9 +43,10 @@ from hetrl.tracking.seeds import REPS, bootstrap
 
 JOB = ("algo=dqn", "env=cartpole", "platform.measure_layers=false")
 SMOKE = {"seeds": 1, "steps": 300, "every": 150, "episodes": 1, "workers": 1, "reps": 100}
-SMOKE_JOB = ("algo.hidden=[16]", "algo.learning_starts=100")
+SMOKE_JOB = ("algo.hidden=[16]", "algo.learning_starts=100", "eval.final=0", "compile=false")
 """--smoke: one seed of each in one worker, a tiny network that learns from step 100 (one
-training round of the recipe's, at step 256), evaluated twice; 100 bootstrap resamples."""
+training round of the recipe's, at step 256), evaluated twice (hetrl's job eager, with no
+final evaluation: the curves are its evaluations); 100 bootstrap resamples."""
 ZOO = 500.0  # rl-zoo3 benchmark.md, dqn CartPole-v1, 50k steps
 Curves = dict[str, list[tuple[int, float]]]  # "eval" / "train" -> (step, return)
 

@@ -122,10 +122,12 @@ GOAL_PCT = 5.0
 CHECKPOINT_EVERY = 10_000  # env steps: what a stopped job of a --store loses at most
 MIN_SEEDS = 5
 SMOKE_WORKLOAD, SMOKE_SEEDS, SMOKE_STEPS, SMOKE_REPS = "dqn_cartpole", 2, 300, 100
-SMOKE_BUDGET = ("algo.learning_starts=100", "eval.every=150", "eval.episodes=2", "eval.final=0",
-                "platform.measure_layers=false")
-"""--smoke: DQN-CartPole, 2 seeds of 300 env steps learning from step 100, evaluated twice on 2
-episodes (no final evaluation: the table scores the evaluations); 100 bootstrap resamples."""
+SMOKE_BUDGET = ("algo.learning_starts=100", "algo.gradient_steps=16", "eval.every=150",
+                "eval.episodes=2", "eval.final=0", "platform.measure_layers=false",
+                "compile=false")
+"""--smoke: DQN-CartPole, 2 seeds of 300 env steps learning from step 100 (one round of 16
+eager updates, at step 256), evaluated twice on 2 episodes (no final evaluation: the table
+scores the evaluations); 100 bootstrap resamples."""
 
 
 def reduced_forward_layers(cfg: DictConfig) -> int:
@@ -345,7 +347,8 @@ def main() -> None:
     parser.add_argument("--workload", choices=sorted(WORKLOADS), action="append",
                         help="a Table III workload (repeatable; default: all four)")
     parser.add_argument("--seeds", type=int, default=MIN_SEEDS)
-    parser.add_argument("--steps", type=int, help="override every workload's budget")
+    parser.add_argument("--steps", type=int,
+                        help="override every workload's budget (--smoke's too)")
     parser.add_argument("--workers", type=int, default=1,
                         help="seeds trained at a time, one process each (2 on 2 cores)")
     parser.add_argument("--smoke", action="store_true", help="DQN-CartPole, 2 seeds, 300 steps")
@@ -366,7 +369,7 @@ def main() -> None:
     jobs = {}
     for name in names:
         overrides, steps, every, episodes, _, _ = WORKLOADS[name]
-        steps = SMOKE_STEPS if args.smoke else args.steps or steps
+        steps = args.steps or (SMOKE_STEPS if args.smoke else steps)
         if args.smoke:
             budget = [f"steps={steps}", *SMOKE_BUDGET]
         else:

@@ -57,10 +57,11 @@ WORKLOADS = {
     # for 2 cores): python -m hetrl algo=dqn env=pong algo.cnn=dqn2013 algo.buffer_size=8192
 }
 __doc__ += "\n".join(f"    {name}: {' '.join(o)}" for name, o in WORKLOADS.items()) + "\n"
-SMOKE_STEPS, SMOKE_JOB = 600, ("algo.learning_starts=512",)
+SMOKE_STEPS, SMOKE_JOB = 600, ("algo.learning_starts=512", "eval.final=0", "compile=false")
 """--smoke: every mode in one run, each job 600 env steps learning from step 512 (the A/B's
-batch): the EPS table at batch 32 (plain PyTorch for 0.1 s), one A/B pair, `--time-to 20` on
-one seed."""
+batch), eager and with no final evaluation (a few updates would not pay a compile; nothing
+here reads the evaluation): the EPS table at batch 32 (plain PyTorch for 0.1 s), one A/B pair,
+`--time-to 20` on one seed."""
 
 
 def hetrl_loop(store: Path, overrides: tuple[str, ...], scheduler: str, batch: int,

@@ -48,7 +48,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 
 if "--omp-passive" in sys.argv:  # must be set before torch (and its OpenMP runtime) loads
@@ -74,6 +74,7 @@ from common import (
     verdict,
     write_results,
 )
+from omegaconf import DictConfig
 from plain_torch import plain_ddpg, plain_dqn
 
 from hetrl.algos.base import Batch
@@ -107,10 +108,12 @@ class Mode:
 
 MODES = {"full": Mode((20000, 3000), 5, 0.5),
          "quick": Mode((6000, 800), 3, 0.2, n_envs=("4", "1")),
-         "smoke": Mode((300, 120), 1, 0.01, 300, (2, 2), (100, 60), ("4", "1"), 1,
-                       ("platform.measure_layers=false", "eval.final=0"), ("pearl", "sync"))}
-"""--smoke: tiny budgets, 1 thread, one Timer round of 0.01 s; each workload's best sweep a
-single job (DQN's under pearl, DDPG's under sync), no final evaluation (nothing reads it)."""
+         "smoke": Mode((300, 80), 1, 0.01, 300, (2, 2), (100, 60), ("4", "1"), 1,
+                       ("platform.measure_layers=false", "eval.final=0", "compile=false"),
+                       ("pearl", "sync"))}
+"""--smoke: tiny budgets (50 DQN updates, 20 DDPG ones a job), 1 thread, one Timer round of
+0.01 s; each workload's best sweep a single job (DQN's under pearl, DDPG's under sync); jobs
+eager (auto would time updates to find that) with no final evaluation (nothing reads it)."""
 
 
 @dataclass
@@ -123,6 +126,12 @@ class Workload:
     steps: int
     overrides: Callable[..., list[str]]  # the job's, `extra` replacing the same keys
     candidates: list[str]  # the best sweep's overrides (`key=a,b` sweeps)
+
+    @cached_property
+    def algo_config(self) -> DictConfig:
+        """The job's composed `algo` config, which SB3 and plain PyTorch take (composed once:
+        Hydra takes seconds)."""
+        return job_config(*self.overrides())[0].algo
 
 
 def workloads(mode: Mode, only: str) -> list[Workload]:
@@ -187,7 +196,7 @@ def hetrl_learner(w: Workload, fill: int, *extra: str) -> tuple[Callable, Callab
 
 
 def sb3_learner(w: Workload, fill: int) -> Callable[[], None]:
-    model = sb3_model(job_config(*w.overrides())[0].algo, w.env_id, learning_starts=fill)
+    model = sb3_model(w.algo_config, w.env_id, learning_starts=fill)
     model.learn(total_timesteps=fill)  # fills the buffer; no update yet
     assert model._n_updates == 0 and model.replay_buffer.size() == fill
 
@@ -198,7 +207,7 @@ def sb3_learner(w: Workload, fill: int) -> Callable[[], None]:
 
 
 def plain(w: Workload, fixed: list[Batch], fused: bool, bf16: bool) -> Callable[[], None]:
-    env, hidden = gym.make(w.env_id), list(job_config(*w.overrides())[0].algo.hidden)
+    env, hidden = gym.make(w.env_id), list(w.algo_config.hidden)
     obs = int(gym.spaces.flatdim(env.observation_space))
     if w.algo == "dqn":
         step = plain_dqn(obs, int(env.action_space.n), hidden, fused)
@@ -256,7 +265,7 @@ def loop_figures(metrics: dict[str, float], steps: int) -> dict:
 def sb3_learn(w: Workload, starts: int, flushed: bool) -> dict:
     """env steps/s and updates/s of SB3's timed `learn()`, computing subnormal floats as it
     ships or flushing them as hetrl's jobs do."""
-    model = sb3_model(job_config(*w.overrides())[0].algo, w.env_id, starts)
+    model = sb3_model(w.algo_config, w.env_id, starts)
     with subnormals(flushed):
         start = time.perf_counter()
         model.learn(total_timesteps=w.steps)

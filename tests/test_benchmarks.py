@@ -97,22 +97,40 @@ def test_a_benchmark_appends_its_record_to_the_results_it_is_given(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_a_stored_reward_error_run_reads_its_finished_jobs_back(tmp_path: Path) -> None:
+def test_a_stored_reward_error_run_reads_its_finished_jobs_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     """`mixed_reward_error.py --smoke --store --ledger`: run again with the store, it prints
     the same table without training a job again (a stopped one would resume from its
     checkpoint, as test_reproducibility.py shows of any job); run with the ledger alone, on a
     machine without the store, the same table again. The first run trains its two seeds in two
-    worker processes, the others read them back in one. With the ledger's fp32 jobs alone, in
-    a new store, the mixed jobs train again and no fp32 twin beside them."""
+    worker processes, the others read them back in one (the test's own: only the runs that
+    train have processes of their own). With the ledger's fp32 jobs alone, in a new store, the
+    mixed jobs train again and no fp32 twin beside them."""
     script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
-    outputs, checkpoints = [], []
-    for args in (["--store", "store", "--workers", "2", "--ledger", "ledger.jsonl"],
-                 ["--store", "store"], ["--ledger", "ledger.jsonl"]):
-        outputs.append(_smoke(script, tmp_path, *args))
-        checkpoints.append({path: path.stat().st_mtime_ns
-                            for path in (tmp_path / "store").glob("*/seed*/*/checkpoint.pt")})
-    assert len(checkpoints[0]) == 4  # 2 seeds x (fp32, mixed)
-    assert checkpoints[2] == checkpoints[1] == checkpoints[0]
+    monkeypatch.syspath_prepend(str(script.parent))
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.chdir(tmp_path)
+    bench = importlib.import_module(script.stem)
+
+    def read_back(*args: str) -> str:
+        """What the benchmark prints, run with `--smoke <args>` in this process."""
+        monkeypatch.setattr(sys, "argv", [str(script), "--smoke", *args])
+        capsys.readouterr()
+        bench.main()
+        return capsys.readouterr().out
+
+    def checkpoints() -> dict[Path, int]:
+        return {path: path.stat().st_mtime_ns
+                for path in (tmp_path / "store").glob("*/seed*/*/checkpoint.pt")}
+
+    outputs = [_smoke(script, tmp_path, "--store", "store", "--workers", "2", "--ledger",
+                      "ledger.jsonl")]
+    stored = [checkpoints()]
+    for args in (["--store", "store"], ["--ledger", "ledger.jsonl"]):
+        outputs.append(read_back(*args))
+        stored.append(checkpoints())
+    assert len(stored[0]) == 4  # 2 seeds x (fp32, mixed)
+    assert stored[2] == stored[1] == stored[0]
     ledger = (tmp_path / "ledger.jsonl").read_text().splitlines()
     assert len(ledger) == 4  # a line a job
     assert outputs[2].count("from the ledger") == 4 and "from the ledger" not in outputs[0]
@@ -147,7 +165,7 @@ def test_the_workloads_of_a_reward_error_run_share_one_queue(
     bench = importlib.import_module(script.stem)
     job = ["algo=dqn", "env=cartpole", "steps=100", "algo.learning_starts=64",
            "algo.train_freq=32", "algo.gradient_steps=4", "eval.every=100", "eval.episodes=1",
-           "eval.final=0", "platform.measure_layers=false"]
+           "eval.final=0", "platform.measure_layers=false", "compile=false"]
     found = bench.scored_jobs(tmp_path, {"a": (job, 100), "b": (job, 100)}, range(1), 2, None)
     assert sorted(found) == [(name, 0, label) for name in "ab" for label in ("fp32", "mixed")]
     assert found["a", 0, "fp32"] == found["b", 0, "fp32"]  # one seeded job, twice
@@ -160,11 +178,12 @@ def test_the_workloads_of_a_reward_error_run_share_one_queue(
 def test_a_stop_reaches_every_worker_of_a_reward_error_run(tmp_path: Path) -> None:
     """SIGTERM to `mixed_reward_error.py --workers 2` goes on to both running jobs: each
     checkpoints and ends KILLED before the benchmark exits 143 with the command that goes on,
-    and no other job starts."""
+    and no other job starts. (The jobs are the smoke's, long enough to be stopped: they
+    reach their loop with no layers measured and no update compiled.)"""
     script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
     bench = subprocess.Popen(
-        [sys.executable, str(script), "--workload", "dqn_cartpole", "--steps", "50000",
-         "--workers", "2", "--store", "store"], cwd=tmp_path, stdout=subprocess.PIPE,
+        [sys.executable, str(script), "--smoke", "--steps", "50000", "--workers", "2",
+         "--store", "store"], cwd=tmp_path, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
     seeds = [tmp_path / "store" / "dqn_cartpole-50000steps" / f"seed{seed}" for seed in (0, 1)]
     deadline = time.monotonic() + 240
