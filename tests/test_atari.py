@@ -10,7 +10,7 @@ from helpers import build_job, mlflow_runs, run_job
 
 from hetrl.partition.flops import PAPER_KINDS, per_sample_flops
 
-TINY_DQN = ("steps=400", "algo.learning_starts=360", "algo.buffer_size=1000", "log_every=200")
+TINY_DQN = ("steps=400", "algo.learning_starts=360", "algo.buffer_size=400", "log_every=200")
 QUICK = ("eval.final=0", "compile=false")
 """Not what these smoke runs check: the final greedy evaluation, the compile decision (timing
 the Nature CNN's update) and the host's per-layer timings."""
