@@ -178,8 +178,8 @@ def test_the_report_of_a_sweep_in_mlflow_plots_finished_jobs_and_tables_every_jo
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> tuple[Path, MlflowClient]:
     """A real sweep through `python -m hetrl -m`: 2 precisions × 2 platforms, one seed (the
-    hand-made sweep above has the seeds the report averages over), each job without the
-    final greedy evaluation the report does not show."""
+    hand-made sweep above has the seeds the report averages over); no job makes the final
+    greedy evaluation or the compile decision, which the report does not show."""
     tmp = tmp_path_factory.mktemp("sweep")
     out = hetrl_cli(tmp, "-m", "algo=dqn", "precision=fp32,mixed", "platform=versal,cpu_gpu",
                     "steps=300", "algo.learning_starts=100", "log_every=100", "algo.hidden=[16]",

@@ -99,7 +99,7 @@ def choose_update(learner: Learner, mode: str, updates: int | None, batch: Any,
     if mode == "auto":
         eager_s = time_updates({"eager": lambda: learner.eager_update(batch)}, learner,
                                context, warmup=1, repeats=1)["eager"]
-        if updates * eager_s < WARM_COMPILE_S:  # the whole budget is less than any compile
+        if updates * eager_s < WARM_COMPILE_S / 2:  # even a cached compile would not pay
             return UpdateChoice(mode, False, _not_worth(updates, eager_s, updates * eager_s,
                                                         WARM_COMPILE_S, "from a warm cache"),
                                 eager_s=eager_s)
