@@ -20,16 +20,22 @@ import pytest
 import torch
 from helpers import build_job, compose_job, metric_history, mlflow_runs, run_job, tracking_uri
 
+from hetrl import experiment
 from hetrl.actors.pool import ActorError
 from hetrl.actors.process import ProcessActors
 from hetrl.actors.weights import QuantizeOn, publish
 from hetrl.actors.worker import ActorWorker, cpu_copy
 from hetrl.envs import make_vector_env
+from hetrl.faults import Stopped
+from hetrl.progress import TrainingProgress
 from hetrl.quant import QuantSpec, quantize_policy
 from hetrl.tracking.reward_error import fp32_actors_key, time_to_reach
 
+# eager updates (compile=auto would compile them where this machine measured it faster: the
+# same run, slower to get to) and no final greedy evaluation: what is compared is the training
 LEARNS = ("algo=dqn", "env=cartpole", "steps=10000", "algo.learning_starts=500",
-          "algo.exploration_fraction=0.2", "algo.hidden=[64,64]", "log_every=2000", "platform.measure_layers=false")
+          "algo.exploration_fraction=0.2", "algo.hidden=[64,64]", "log_every=2000",
+          "platform.measure_layers=false", "compile=false", "eval.final=0")
 POOL = dict(precision="fp32", int8_mode="kernel", per_channel=True, eval_episodes=1, n=1,
             pull_every=10, quantize_on="learner", start_method="auto", timeout_s=300.0)
 
@@ -44,7 +50,9 @@ def test_one_fp32_actor_pulling_every_step_learns_like_the_sync_loop(tmp_path):
     assert actorq["updates"] == sync["updates"]
     assert sync["return_mean_100"] > 60 and actorq["return_mean_100"] > 60
     assert 0.7 < actorq["return_mean_100"] / sync["return_mean_100"] < 1.3
-    assert multiprocessing.active_children() == []  # the actor stopped with its job
+    # the actor stopped with its job (other children, e.g. loky's workers an earlier test
+    # left in this process, are not the job's)
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("hetrl-actor-")]
     assert {"actor/step_s", "actor/pull_s", "actor/deserialize_s", "actor/load_state_dict_s",
             "actor/comm_bytes", "actor/0/step_s", "sps", "eps_host", "time_to_95pct_s"} <= set(actorq)
 
@@ -111,24 +119,26 @@ def _all_exit(marker: str, grace_s: float = 15.0) -> bool:
     return _marked_processes(marker) == []
 
 
-def test_process_actors_stop_on_sigterm(tmp_path):
-    marker = f"actorq-{uuid.uuid4()}"
-    log = tmp_path / "stderr.txt"
-    with log.open("w") as output:
-        job = subprocess.Popen(
-            [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}",
-             "scheduler=actorq", "actors.n=1", "actors.pull_every=50", "steps=10000000",
-             "algo.learning_starts=50", "algo.hidden=[16]", "log_every=50",
-             "platform.measure_layers=false", "compile=false"],
-            cwd=tmp_path, stdout=output, stderr=output,
-            env={**os.environ, "HETRL_TEST_MARKER": marker})
-        deadline = time.monotonic() + 120
-        while "step 50/" not in log.read_text() and time.monotonic() < deadline:
-            time.sleep(0.5)  # the actor has delivered its first transitions
-        assert len(_marked_processes(marker)) >= 2, log.read_text()[-3000:]  # job and actor
-        job.send_signal(signal.SIGTERM)
-        assert job.wait(timeout=60) != 0
-    assert _all_exit(marker)
+def test_process_actors_stop_on_sigterm(tmp_path, monkeypatch):
+    """A SIGTERM to the job (here this process, whose stop handler the job installed) stops it
+    after a checkpoint, KILLED, and its actor processes with it."""
+    seen: list[list] = []  # the job's actor processes when the SIGTERM was sent
+
+    class Terminating(TrainingProgress):
+        def update(self, step, metrics, kind):
+            super().update(step, metrics, kind)
+            if not seen:  # the first log: the actor has delivered its first transitions
+                seen.append([p for p in multiprocessing.active_children()
+                             if p.name.startswith("hetrl-actor-")])
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(experiment, "TrainingProgress", Terminating)
+    with pytest.raises(Stopped, match="by SIGTERM, after a checkpoint"):
+        run_job(tmp_path, "scheduler=actorq", "actors.n=1", "actors.pull_every=50",
+                "steps=10000000", "algo.learning_starts=50", "algo.hidden=[16]", "log_every=50",
+                "platform.measure_layers=false", "compile=false")
+    (actor,) = seen[0]
+    assert actor.name == "hetrl-actor-0" and not actor.is_alive()
     assert [r.info.status for r in mlflow_runs(tmp_path)] == ["KILLED"]
 
 
@@ -299,10 +309,13 @@ def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, sch
 
 
 def test_ray_actors_train_a_tiny_job(tmp_path):
+    """reference=find: the run with fp32 actors its time_to_95pct_s compares with (another
+    Ray run) is not what this test is about."""
     pytest.importorskip("ray")
     result = run_job(tmp_path, "scheduler=actorq", "actors=ray", "actors.n=1",
                      "actors.pull_every=50", "actors.precision=int8", "steps=300",
-                     "algo.learning_starts=100", "algo.hidden=[16]", "platform.measure_layers=false")
+                     "algo.learning_starts=100", "algo.hidden=[16]", "platform.measure_layers=false",
+                     "reference=find", "eval.final=0", "compile=false")
     assert result["updates"] > 0 and result["actor/comm_bytes"] > 0
     history = metric_history(tmp_path, result["run_id"], "actor/0/steps")
     assert history[-1][1] == 300

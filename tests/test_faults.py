@@ -127,8 +127,10 @@ def test_a_stop_by_signal_exits_with_its_code_and_the_resume_command(tmp_path, s
     log = tmp_path / "output.txt"
     with log.open("w") as output:
         job = subprocess.Popen(
+            # compile=false: compile=auto would compile a 1M-step budget on a machine that
+            # never did, and the stop would wait for it
             [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}", *QUICK,
-             "steps=1000000", f"hydra.run.dir={job_dir}"],
+             "steps=1000000", "compile=false", f"hydra.run.dir={job_dir}"],
             cwd=tmp_path, stdout=output, stderr=output)
         try:
             deadline = time.monotonic() + 120

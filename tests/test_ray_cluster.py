@@ -8,10 +8,12 @@ import pytest
 from helpers import metric_history, run_job
 from test_actorq import LEARNS
 
+ray = pytest.importorskip("ray")
 
-@pytest.mark.slow
-def test_actors_spread_over_a_three_node_cluster_and_the_run_learns(tmp_path):
-    ray = pytest.importorskip("ray")
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The 3-node cluster, started once for the module's tests."""
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
@@ -19,28 +21,32 @@ def test_actors_spread_over_a_three_node_cluster_and_the_run_learns(tmp_path):
         for _ in range(2):
             cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.mark.slow
+def test_actors_spread_over_a_three_node_cluster_and_the_run_learns(tmp_path, cluster):
+    try:
         result = run_job(tmp_path, *LEARNS, "scheduler=actorq", "actors=ray", "actors.n=3",
                          f"actors.address={cluster.address}", "actors.pull_every=100")
     finally:
         ray.shutdown()
-        cluster.shutdown()
     (nodes,) = metric_history(tmp_path, result["run_id"], "actors/nodes")
     assert nodes[1] == 3
     assert result["return_mean_100"] > 60  # test_actorq's one-node bar (random: about 22)
 
 
-def test_with_no_address_hetrl_starts_its_own_ray_beside_a_running_cluster():
-    """A cluster started on this machine (here by the test beside this one, in another pytest
-    worker) is found by a plain `ray.init()`, which then refuses `num_cpus`: CI saw that."""
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
+def test_with_no_address_hetrl_starts_its_own_ray_beside_a_running_cluster(cluster):
+    """A cluster started on this machine (the module's, or one a test in another pytest
+    worker started) is found by a plain `ray.init()`, which then refuses `num_cpus`: CI saw
+    that."""
     from hetrl.actors.ray import init_ray
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
         assert init_ray(None, num_cpus=2)
-        assert ray.cluster_resources()["CPU"] == 2  # ours, not the cluster's one CPU
+        assert ray.cluster_resources()["CPU"] == 2  # ours, not the cluster's three CPUs
     finally:
         ray.shutdown()
-        cluster.shutdown()

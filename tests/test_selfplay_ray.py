@@ -18,7 +18,21 @@ from hetrl.validation import validate
 pytest.importorskip("ray")
 
 
-def test_ray_workers_play_a_generation(tmp_path: Path):
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray for the module's tests, started as a pool of two workers starts it
+    (`init_ray`): a pool finds it up and leaves it up, rather than each starting its own."""
+    import ray
+
+    from hetrl.actors.ray import init_ray
+
+    started = init_ray(None, num_cpus=2)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def test_ray_workers_play_a_generation(tmp_path: Path, local_ray):
     # 4 games, 2 a worker, both started at once: 4 games back means both workers played
     results = run_job(tmp_path, "algo=alphazero", "scheduler=selfplay", "actors=ray",
                       "selfplay.workers=2", *TINY, "selfplay.generations=1",
@@ -41,7 +55,7 @@ def test_ray_needs_workers():
         validate(cfg, choices)
 
 
-def test_ray_and_process_workers_play_the_same_games():
+def test_ray_and_process_workers_play_the_same_games(local_ray):
     """The same workers wherever they run: with the same weights, seed and generation, the
     Ray actors play move for move the games the OS processes play."""
     from hetrl.algos.alphazero import make_learner

@@ -121,26 +121,13 @@ def test_a_dead_worker_is_named_at_once_with_its_exit_code(tmp_path: Path, logge
         assert "its last words, if any, are in the job's log above" in message
 
 
-def _start_a_spawned_child(guarded: bool) -> tuple[int | None, str | None]:
-    """In a joblib worker: start a spawned child, as the self-play pool does, and wait for
-    it; its exit code and the worker's start method afterwards."""
-    import multiprocessing as mp
-
-    from hetrl.actors.workers import starting
-
-    child = mp.get_context("spawn").Process(target=time.sleep, args=(0,))
-    with starting("spawn") if guarded else nullcontext():
-        child.start()
-    child.join(60)
-    return child.exitcode, mp.get_start_method(allow_none=True)
-
-
 def test_worker_processes_start_inside_a_joblib_worker():
     """hydra/launcher=joblib runs a job in a loky worker, whose start method ('loky') a
     spawned child cannot set (`cannot find context for 'loky'`)."""
     from joblib import Parallel, delayed
+    from spawned_child import start_a_spawned_child
 
     with Parallel(n_jobs=2, backend="loky") as parallel:
-        bare, guarded = parallel(delayed(_start_a_spawned_child)(g) for g in (False, True))
+        bare, guarded = parallel(delayed(start_a_spawned_child)(g) for g in (False, True))
     assert bare == (1, "loky")  # what the pools met before `starting`
     assert guarded == (0, "loky")

@@ -6,48 +6,70 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 
 from mlflow.tracking import MlflowClient
 
 from hetrl.tracking.mlflow import client_for, store_uri
 
-WRITER = """
-import sys, time
+WRITERS = """
+import os, sys, time, traceback
 from mlflow.entities import Metric
+import mlflow.store.tracking.sqlalchemy_store  # noqa: F401 - what a client loads, loaded once
 from hetrl.tracking.mlflow import client_for
 
-uri, start, name = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-time.sleep(max(0.0, start - time.time()))  # all writers start at the same moment
-client, experiment_id = client_for(uri, "hetrl")
-run = client.create_run(experiment_id, run_name=name)
-for step in range(0, 1000, 100):
-    now = int(time.time() * 1000)
-    client.log_batch(run.info.run_id, metrics=[Metric(f"m{k}", float(i), now, i)
-                                               for k in range(5) for i in range(step, step + 100)])
-client.set_terminated(run.info.run_id, "FINISHED")
+
+def write(uri, name):
+    client, experiment_id = client_for(uri, "hetrl")
+    run = client.create_run(experiment_id, run_name=name)
+    for step in range(0, 200, 20):  # ten writes each, as a job's logs are: small batches
+        now = int(time.time() * 1000)
+        client.log_batch(run.info.run_id, metrics=[Metric(f"m{k}", float(i), now, i)
+                                                   for k in range(5) for i in range(step, step + 20)])
+    client.set_terminated(run.info.run_id, "FINISHED")
+
+
+# eight writer processes, forked once MLflow is imported, all released at the same moment:
+# the parent closes the pipe they wait on
+go, release = os.pipe()
+writers = []
+for n in range(8):
+    if (pid := os.fork()) == 0:
+        os.close(release)
+        os.read(go, 1)
+        try:
+            write(sys.argv[1], f"w{n}")
+        except BaseException:
+            traceback.print_exc()
+            sys.stdout.flush()
+            os._exit(1)
+        sys.stdout.flush()
+        os._exit(0)
+    writers.append(pid)
+os.close(go)
+os.close(release)
+codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in writers]
+print("exit codes", codes)
+sys.exit(any(codes))
 """
 
 
 def test_eight_jobs_starting_at_once_on_a_new_sqlite_store_lose_no_run(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    script = tmp_path / "writer.py"
-    script.write_text(WRITER)
-    start = time.time() + 8  # after the eight interpreters have imported MLflow
+    script = tmp_path / "writers.py"
+    script.write_text(WRITERS)
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    procs = [subprocess.Popen([sys.executable, str(script), uri, str(start), f"w{n}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=env) for n in range(8)]
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
-    failed = [(p.returncode, out[-1500:]) for p, out in zip(procs, outputs) if p.returncode]
-    assert not failed, failed
-    assert not any("database is locked" in out for out in outputs)
+    out = subprocess.run([sys.executable, str(script), uri], capture_output=True, text=True,
+                         env=env, timeout=300)
+    output = out.stdout + out.stderr
+    assert out.returncode == 0, output[-3000:]
+    assert "exit codes [0, 0, 0, 0, 0, 0, 0, 0]" in output
+    assert "database is locked" not in output
     client = MlflowClient(store_uri(uri))
     experiment = client.get_experiment_by_name("hetrl")
     runs = client.search_runs([experiment.experiment_id])
     assert sorted(r.info.run_name for r in runs) == [f"w{n}" for n in range(8)]
     assert all(r.info.status == "FINISHED" for r in runs)
-    assert all(len(client.get_metric_history(r.info.run_id, "m0")) == 1000 for r in runs)
+    assert all(len(client.get_metric_history(r.info.run_id, "m0")) == 200 for r in runs)
     with sqlite3.connect(tmp_path / "mlflow.db") as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 

@@ -23,7 +23,7 @@ import torch
 
 from hetrl.actors.pool import WAIT_SLICE_S, ActorError, ActorLost, ActorPool
 from hetrl.actors.worker_logs import log, log_to, look_in, said, worker_log
-from hetrl.actors.workers import starting
+from hetrl.actors.workers import process_state, starting
 from hetrl.actors.worker import ActorWorker, Chunk, cpu_copy
 from hetrl.algos.base import Learner
 from hetrl.faults import exit_words
@@ -143,13 +143,15 @@ class ProcessActors(ActorPool):
                 self.hung.add(rank)
                 process = self.processes[rank]
                 raise self.hung_error(rank, now - since, f" (pid {process.pid}, "
-                                      f"{_state(process.pid)}{said(self.logs[rank])})")
+                                      f"{process_state(process.pid)}{said(self.logs[rank])})")
 
     def close(self) -> None:
-        """Stop every actor: kill the hung ones, ask the others, drain what they still send,
-        then terminate stragglers."""
-        for rank in self.hung:
-            self.processes[rank].kill()  # a stopped process takes no other signal
+        """Stop every actor: kill the hung and the stopped ones (SIGSTOP: they could answer
+        no request, and a stopped process takes no signal but SIGKILL), ask the others, drain
+        what they still send, then terminate stragglers."""
+        for rank, process in enumerate(self.processes):
+            if rank in self.hung or process_state(process.pid) == "stopped":
+                process.kill()
         for conn in self.conns:
             try:
                 conn.send(("stop",))
@@ -177,13 +179,3 @@ class ProcessActors(ActorPool):
             ring.close()
         self.processes, self.conns, self.rings = [], [], {}
         self.submitted, self.hung = {}, set()
-
-
-def _state(pid: int | None) -> str:
-    """A process's state as Linux tells it (stopped, sleeping, ...), where it does."""
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "state unknown"
-    return {"T": "stopped", "t": "stopped by a tracer", "S": "sleeping", "R": "running",
-            "D": "in uninterruptible sleep", "Z": "a zombie"}.get(state, f"state {state}")

@@ -35,7 +35,12 @@ def starting(method: str) -> Iterator[None]:
 
 def stop_workers(inboxes: Sequence[Any], processes: Sequence[Any], timeout: float = 10.0) -> None:
     """Ask each worker to stop (None on its inbox: it ends its loop), then terminate those
-    still running `timeout` seconds later (one deadline for all), and reap them."""
+    still running `timeout` seconds later (one deadline for all), and reap them. A stopped
+    worker (SIGSTOP) could answer nothing and takes no signal but SIGKILL: it is killed at
+    once."""
+    for process in processes:
+        if process_state(process.pid) == "stopped":
+            process.kill()
     for inbox in inboxes:
         inbox.put(None)
     deadline = time.monotonic() + timeout
@@ -92,3 +97,13 @@ def next_answer(answers: Any, processes: Sequence[Any], what: str, timeout_s: fl
                 names = [named(r, p, log)
                          for (r, p), log in zip(enumerate(processes, first_rank), logs)]
                 raise hung(what, names, timeout_s) from None
+
+
+def process_state(pid: int | None) -> str:
+    """A process's state as Linux tells it (stopped, sleeping, ...), where it does."""
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "state unknown"
+    return {"T": "stopped", "t": "stopped by a tracer", "S": "sleeping", "R": "running",
+            "D": "in uninterruptible sleep", "Z": "a zombie"}.get(state, f"state {state}")
