@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import build_job, compose_job, metric_history, run_job
+from helpers import NOT_MEASURED, build_job, compose_job, metric_history, run_job
 
 from hetrl.algos.base import Batch
 from hetrl.config.errors import ConfigError
@@ -149,7 +149,7 @@ def test_dqn_learns_cartpole_with_prioritized_replay(tmp_path):
     """The tuned DQN of tests/test_learning.py, same 60k-step budget, with replay=prioritized
     (PEARL's defaults: fanout 16, α 0.6, β 0.4 → 1, ε 0.01)."""
     result = run_job(tmp_path, "algo=dqn", "env=cartpole", "replay=prioritized", "steps=60000",
-                     "stop_return=195")
+                     "stop_return=195", *NOT_MEASURED)
     curve = metric_history(tmp_path, result["run_id"], "return_mean_100")
     assert curve[0][1] < 100
     assert result["return_mean_100"] >= 195

@@ -55,6 +55,16 @@ def with_td_errors(metrics: dict[str, torch.Tensor], batch: Batch,
     return metrics
 
 
+def clip_grad_norm_(params: list[nn.Parameter], max_norm: float) -> None:
+    """`torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)`, the same arithmetic
+    on the same gradients (those that are set), without its per-call grouping of them by
+    device and dtype: a learner's optimizer holds parameters of one device."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if grads:
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+
+
 class Learner(nn.Module):
     """Networks plus an update rule. Subclasses set `action_space` and implement `act`, and
     declare their update as `stages` (and `targets`: `hetrl.algos.rule`); their networks
@@ -189,15 +199,18 @@ class Learner(nn.Module):
         self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float | None = None
     ) -> None:
         """Backward and step, through the loss scaler when float16 asks for one: an
-        overflowing step is skipped, the weights stay as they were, and it is counted."""
+        overflowing step is skipped, the weights stay as they were, and it is counted. The
+        old gradients are dropped as `zero_grad(set_to_none=True)` drops them, without its
+        profiler record (a small update pays for each call's bookkeeping, not its work)."""
         scaler = self.scaler
-        optimizer.zero_grad(set_to_none=True)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        for p in params:
+            p.grad = None
         (loss if scaler is None else scaler.scale(loss)).backward()
         if max_grad_norm is not None:
             if scaler is not None:
                 scaler.unscale_(optimizer)
-            params = [p for group in optimizer.param_groups for p in group["params"]]
-            torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+            clip_grad_norm_(params, max_grad_norm)
         if scaler is None:
             optimizer.step()
             return

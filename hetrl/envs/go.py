@@ -30,7 +30,7 @@ import numpy as np
 import pyspiel
 from open_spiel.python.observation import make_observation
 
-from hetrl.envs.go_groups import Groups, area_owner, groups
+from hetrl.envs.go_groups import Groups, area_owner, groups, own_eyes
 
 BLACK, WHITE = 1, -1
 RESIGN = -1
@@ -65,8 +65,9 @@ class GoGame:
         # OpenSpiel writes a state's planes (black, white, empty, to play) into this buffer:
         # no Python list per move, as `state.observation_tensor()` makes
         self._observation = make_observation(self.spiel)
-        groups(np.zeros((board_size, board_size), np.int8))  # numba's kernel loaded (or
-        # compiled) now, not in the first search
+        empty = np.zeros((board_size, board_size), np.int8)
+        groups(empty), own_eyes(empty, BLACK)  # numba's kernels loaded (or compiled) now, not
+        # in the first search
 
     def new_position(self) -> GoPosition:
         state = self.spiel.new_initial_state()
@@ -189,11 +190,7 @@ class GoPosition:
     def own_eyes(self) -> np.ndarray:
         """(N*N,) bool: the empty points whose every neighbour on the board is a stone of the
         player to move (filling one only takes a liberty of its own group)."""
-        board = self.board
-        edge = np.pad(board, 1, constant_values=self.to_play)
-        mine = ((edge[:-2, 1:-1] == self.to_play) & (edge[2:, 1:-1] == self.to_play)
-                & (edge[1:-1, :-2] == self.to_play) & (edge[1:-1, 2:] == self.to_play))
-        return ((board == 0) & mine).ravel()
+        return own_eyes(self.board, self.to_play)
 
     def liberties(self) -> np.ndarray:
         """Each stone's group's number of liberties (0 on empty points)."""
@@ -229,6 +226,8 @@ class GoPosition:
         and removes the opponent's groups beside it that it takes the last liberty of."""
         me = 0 if self.to_play == BLACK else 1
         own, opp = self.stones[me] + 1, self.stones[1 - me]
+        if all(counts[me] != own for counts in self.counts):  # no earlier board had as many
+            return []
 
         def seen(opp_after: int) -> bool:
             return ((own, opp_after) if me == 0 else (opp_after, own)) in self.counts
