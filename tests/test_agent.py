@@ -27,8 +27,10 @@ from hetrl.evaluate import main as evaluate_main
 from hetrl.seeding import rng_states
 
 JOB = ("algo=dqn", "steps=400", "algo.learning_starts=100", "algo.train_freq=4",
-       "algo.hidden=[16,16]", "algo.batch_size=16", "log_every=100", "eval.every=200",
-       "eval.episodes=2", "eval.final=4", "platform.measure_layers=false")
+       "algo.gradient_steps=1", "algo.hidden=[16,16]", "algo.batch_size=16", "log_every=100",
+       "eval.every=200", "eval.episodes=2", "eval.final=4", "platform.measure_layers=false")
+"""A tiny job: 75 updates of one gradient step (the tuned DQN's 128 a round are not what is
+loaded)."""
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from itertools import combinations
+from itertools import combinations, cycle
 from pathlib import Path
 
 import pytest
@@ -23,8 +23,9 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hetrl import experiment
+from hetrl.config.enums import ActionSpace, Agents
 from hetrl.config.errors import ConfigError
-from hetrl.options import GROUPS, group_options, option_yaml
+from hetrl.options import GROUPS, algos_for, composed_option, group_options, option_yaml
 from hetrl.validation import validate
 
 Choice = tuple[str, str]  # (group, option)
@@ -38,8 +39,13 @@ TINY = {"steps": 64, "log_every": 32, "algo.learning_starts": 16, "algo.batch_si
         "actors.eval_episodes": 1, "algo.width": 8, "algo.blocks": 1, "algo.search.readouts": 8,
         "algo.search.fast_readouts": 4, "selfplay.games_per_generation": 2,
         "selfplay.concurrent_games": 2, "selfplay.generations": 1, "selfplay.train_steps": 2,
-        "selfplay.eval_games": 2, "selfplay.eval_readouts": 4, "selfplay.gating_games": 0}
-"""A few steps of any job: each key that the composed config has is set to this."""
+        "selfplay.eval_games": 2, "selfplay.eval_readouts": 4, "selfplay.gating_games": 0,
+        "eval.final": 1, "reference": "find"}
+"""A few steps of any job: each key that the composed config has is set to this. One greedy
+episode at the end (the final evaluation still runs), and no fp32 reference run trained after
+a job of another precision: that twin would be a job of precision=fp32 with the same options,
+and every pair of precision=fp32 trains in a job of its own here (the twin itself is
+test_reward_error's)."""
 
 
 def _composed(*overrides: str) -> tuple[DictConfig, dict[str, str]] | None:
@@ -52,10 +58,11 @@ def _composed(*overrides: str) -> tuple[DictConfig, dict[str, str]] | None:
 
 def _accepted_job(job: tuple[DictConfig, dict[str, str]] | None
                   ) -> tuple[DictConfig, dict[str, str]] | None:
-    """The composed job made tiny (a copy), if validation accepts it."""
+    """The composed job made tiny, if validation accepts it (`job` is a fresh copy: it is made
+    tiny in place)."""
     if job is None:
         return None
-    cfg, choices = copy.deepcopy(job[0]), job[1]
+    cfg, choices = job
     for key, value in TINY.items():
         if OmegaConf.select(cfg, key, default="absent") != "absent":
             OmegaConf.update(cfg, key, value)
@@ -71,24 +78,53 @@ def _accepted(*overrides: str) -> tuple[DictConfig, dict[str, str]] | None:
     return _accepted_job(_composed(*overrides))
 
 
-def _swappable(option: Choice) -> bool:
-    """Whether the option sets its group's node and nothing else: a top-level group other
-    than `algo` (whose options bring an env and a tuned file), and a defaults list of its
-    schema alone (no other group chosen, no nested group)."""
+def _nested(option: Choice) -> list[Choice] | None:
+    """The options of the groups nested in the option that its defaults list chooses (a
+    multi-agent replay's `sampler: uniform`: replay/sampler=uniform); None where the option
+    chooses anything else (another group's option, as an algo's env), or its schema is not
+    its own node."""
     group, name = option
-    entries = [entry for entry in option_yaml(group, name).defaults if entry != "_self_"]
-    return (group != "algo" and "/" not in group and len(entries) == 1
-            and isinstance(entries[0], str) and entries[0].endswith("@_here_"))
+    schema, *rest = [entry for entry in option_yaml(group, name).defaults if entry != "_self_"]
+    if not (isinstance(schema, str) and schema.endswith("@_here_")):
+        return None
+    nested = []
+    for entry in rest:
+        (key, choice), = entry.items()
+        if not key.isidentifier():  # `override /actors@_global_.actors`, `/path`, `x@pkg`
+            return None
+        nested.append((f"{group}/{key}", choice))
+    return nested
+
+
+def _swappable(option: Choice) -> bool:
+    """Whether the option sets its group's node and the groups nested in it, and nothing
+    else: not an algo (whose options bring an env and a tuned file), and a defaults list of
+    its schema and at most the options of its nested groups."""
+    return option[0] != "algo" and _nested(option) is not None
+
+
+def _swapped_in(option: Choice) -> tuple[DictConfig, dict[str, str]]:
+    """A swappable option's node as Hydra composes it (its schema under its own values, each
+    nested group's option at its key) and the choices it makes."""
+    group, name = option
+    node, choices = composed_option(group, name), {group: name}
+    for nested in _nested(option):
+        node[nested[0].rpartition("/")[2]], made = _swapped_in(nested)
+        choices.update(made)
+    return node, choices
 
 
 class Composer:
     """Jobs of options as Hydra composes them, Hydra run once for each set of the options that
     are not swappable: a job is that set's config with each swappable option's node swapped
     in, which is what Hydra composes (test_a_job_with_swapped_options_is_the_job_hydra_composes)
-    without Hydra's 0.15 s a job (most options are swappable, and most sets recur)."""
+    without Hydra's 0.15-0.4 s a job (most options are swappable, and most sets recur). An
+    option of a nested group (replay/sampler) is swapped in where the job's own option of its
+    parent group has that group, and refused elsewhere, as Hydra refuses it."""
 
     def __init__(self) -> None:
         self.composed: dict[frozenset[Choice], tuple | None] = {}
+        self.nodes: dict[Choice, tuple[DictConfig, dict[str, str]]] = {}
 
     def _hydra(self, options: frozenset[Choice]) -> tuple[DictConfig, dict[str, str]] | None:
         if options not in self.composed:
@@ -96,23 +132,26 @@ class Composer:
         return self.composed[options]
 
     def job(self, *options: Choice) -> tuple[DictConfig, dict[str, str]] | None:
-        """`g1=o1 g2=o2 ...` composed (None: Hydra refuses it)."""
-        if len(options) == 1:
-            return self._hydra(frozenset(options))
+        """`g1=o1 g2=o2 ...` composed (None: Hydra refuses it), a fresh copy."""
         fixed = frozenset(option for option in options if not _swappable(option))
         job = self._hydra(fixed)
-        swaps = sorted(set(options) - fixed)
-        nodes = [self._hydra(frozenset([option])) for option in swaps]
-        if job is None or None in nodes:
+        if job is None:
             return None
-        cfg, choices = copy.deepcopy(job[0]), job[1]
-        for (group, option), node in zip(swaps, nodes):
-            with open_dict(cfg):
-                cfg[group] = node[0][group]
-            # the groups nested in the base's option of that group go with it
-            choices = {key: value for key, value in choices.items()
-                       if not key.startswith(f"{group}/")}
-            choices[group] = option
+        cfg, choices = copy.deepcopy(job[0]), dict(job[1])
+        for group, option in sorted(set(options) - fixed):  # a group before those nested in it
+            parent, _, key = group.rpartition("/")
+            if parent and group not in choices:  # the parent's option has no such group
+                return None
+            if (group, option) not in self.nodes:
+                self.nodes[group, option] = _swapped_in((group, option))
+            node, made = self.nodes[group, option]
+            at = OmegaConf.select(cfg, parent.replace("/", ".")) if parent else cfg
+            with open_dict(at):
+                at[key] = copy.deepcopy(node)
+            # the groups nested in the job's option of that group go with it
+            choices = {name: value for name, value in choices.items()
+                       if not name.startswith(f"{group}/")}
+            choices.update(made)
         return cfg, choices
 
 
@@ -175,21 +214,28 @@ def _best_addition(chosen: dict[str, str], options: list[Choice], accepted: set,
 def test_a_job_with_swapped_options_is_the_job_hydra_composes():
     """Every swappable option, swapped into the job of an option that is not (in turn: an
     algo that brings its own env and scheduler, one whose replay has a nested sampler, a
-    scheduler that chooses the actors and replay), and one option of every swappable group
-    swapped in at once: the config and choices Hydra composes."""
+    scheduler that chooses the actors and replay; an option of a nested group into the algo
+    whose replay has that group), one option of every swappable group swapped in at once, and
+    a sampler swapped into a job whose replay has none: the config and choices Hydra composes,
+    or Hydra's refusal."""
     options = [(group, option) for group in PAIRED for option in group_options(group)]
     swapped = [option for option in options if _swappable(option)]
     assert {g for g, _ in swapped} >= {"platform", "precision", "partitioner", "actors",
-                                       "tracking"}, "the swap would save nothing"
-    bases = [("algo", "ppo"), ("algo", "maddpg"), ("scheduler", "pearl")]
+                                       "tracking", "replay", "replay/sampler"}, \
+        "the swap would save nothing"
+    bases = cycle([("algo", "ppo"), ("algo", "maddpg"), ("scheduler", "pearl")])
+    jobs = [(option, ("algo", "maddpg") if "/" in option[0]
+             else next(base for base in bases if base[0] != option[0])) for option in swapped]
     several = tuple(dict(reversed(swapped)).items())  # the first option of each group
+    refused = (("replay/sampler", "locality"), ("algo", "ppo"))  # ppo's replay: no sampler
     composer = Composer()
-    jobs = [(a, base) for a, base in zip(swapped, bases * len(swapped)) if a[0] != base[0]]
-    for job in [*jobs, (*several, ("algo", "maddpg"))]:
-        cfg, choices = composer.job(*job)
-        want_cfg, want_choices = compose_job(*(f"{g}={o}" for g, o in job))
-        assert choices == want_choices, job
-        assert OmegaConf.to_container(cfg) == OmegaConf.to_container(want_cfg), job
+    for job in [*jobs, (*several, ("algo", "maddpg")), refused]:
+        got = composer.job(*job)
+        want = _composed(*(f"{g}={o}" for g, o in job))
+        assert (got is None) == (want is None) == (job == refused), job
+        if want is not None:
+            assert got[1] == want[1], job
+            assert OmegaConf.to_container(got[0]) == OmegaConf.to_container(want[0]), job
 
 
 @pytest.mark.slow
@@ -206,12 +252,20 @@ def test_every_accepted_pair_of_options_trains(tmp_path: Path):
     assert not failures, "\n".join(failures)
 
 
+def _acting_in(env: str) -> list[str]:
+    """The algos whose learner can act in the env, in the registry's order: validation refuses
+    every other one (test_config: an algo that cannot act in the env is named), so the first
+    of these that validation accepts is the registry's first algo that fits."""
+    node = composed_option("env", env)
+    return algos_for(ActionSpace(node.action_space), Agents(node.agents))
+
+
 @pytest.mark.slow
 def test_every_env_trains_with_an_algo_that_fits(tmp_path: Path):
     failures = []
     for n, env in enumerate(group_options("env")):
         job = next(filter(None, (_accepted(f"algo={algo}", f"env={env}", "tracking=none")
-                                 for algo in group_options("algo"))))
+                                 for algo in _acting_in(env))))
         out = tmp_path / f"job{n}"
         out.mkdir()
         try:
