@@ -27,9 +27,9 @@ from hetrl.tracking.empty_store import empty_store
 register()
 
 NOT_MEASURED = ("eval.final=0", "compile=false")
-"""What a learning test's claim does not measure, left out of its job: the greedy evaluation
-of the final policy (the end summary's), and a compiled update (`compile=auto` may pay a
-compile for a budget that the job's stop ends early; learning is tested on the eager one)."""
+"""What a test's job leaves out when its claim measures neither: the greedy evaluation of the
+final policy (the end summary's), and a compiled update (`compile=auto` may pay a compile for a
+budget that the job's stop ends early; learning is tested on the eager one)."""
 
 
 def computed_dtype(t: torch.Tensor) -> torch.dtype:

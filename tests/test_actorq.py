@@ -18,7 +18,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from helpers import build_job, compose_job, metric_history, mlflow_runs, run_job, tracking_uri
+from helpers import NOT_MEASURED, build_job, compose_job, metric_history, mlflow_runs, run_job, tracking_uri
 
 from hetrl import experiment
 from hetrl.actors.pool import ActorError
@@ -315,7 +315,7 @@ def test_ray_actors_train_a_tiny_job(tmp_path):
     result = run_job(tmp_path, "scheduler=actorq", "actors=ray", "actors.n=1",
                      "actors.pull_every=50", "actors.precision=int8", "steps=300",
                      "algo.learning_starts=100", "algo.hidden=[16]", "platform.measure_layers=false",
-                     "reference=find", "eval.final=0", "compile=false")
+                     "reference=find", *NOT_MEASURED)
     assert result["updates"] > 0 and result["actor/comm_bytes"] > 0
     history = metric_history(tmp_path, result["run_id"], "actor/0/steps")
     assert history[-1][1] == 300

@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from helpers import build_job, mlflow_runs, run_job
+from helpers import NOT_MEASURED, build_job, mlflow_runs, run_job
 
 from hetrl.partition.flops import PAPER_KINDS, per_sample_flops
 
 TINY_DQN = ("steps=400", "algo.learning_starts=360", "algo.buffer_size=400", "log_every=200")
-QUICK = ("eval.final=0", "compile=false")
-"""Not what these smoke runs check: the final greedy evaluation and the compile decision
-(timing the Nature CNN's update)."""
 
 
 def test_dqn_breakout_plans_the_nature_cnn_step_on_versal_and_trains(tmp_path):
     result = run_job(tmp_path, "algo=dqn", "env=breakout", "platform=versal", "precision=mixed",
-                     *TINY_DQN, *QUICK)
+                     *TINY_DQN, *NOT_MEASURED)
     assert result["updates"] > 0 and result["eps_platform"] > 0
     runs = {r.data.tags["precision"]: r for r in mlflow_runs(tmp_path)}
     assert runs["mixed"].info.status == "FINISHED"
@@ -30,7 +27,7 @@ def test_dqn_breakout_plans_the_nature_cnn_step_on_versal_and_trains(tmp_path):
 def test_ppo_mspacman_runs_a_cnn_policy_and_critic(tmp_path):
     result = run_job(tmp_path, "algo=ppo", "env=mspacman", "steps=256", "env.n_envs=2",
                      "algo.n_steps=64", "algo.batch_size=64", "algo.n_epochs=1", "log_every=128",
-                     "platform.measure_layers=false", *QUICK)  # no per-layer timings
+                     "platform.measure_layers=false", *NOT_MEASURED)  # no per-layer timings
     assert result["updates"] == 2 * 2  # two rollouts of 128, two minibatches each
     c = build_job("algo=ppo", "env=mspacman")
     c.envs.close()

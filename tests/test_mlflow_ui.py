@@ -34,7 +34,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from hetrl.tracking.mlflow import VIEW_NAME
 
-from helpers import hetrl_cli, tracking_server_up
+from helpers import NOT_MEASURED, hetrl_cli, tracking_server_up
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -47,7 +47,7 @@ FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "-
 
 SWEEP = ("algo=dqn", "precision=fp32,mixed", "platform=versal,cpu_gpu", "steps=300",
          "algo.learning_starts=100", "log_every=100", "algo.hidden=[16]",
-         "tracking.system_metrics_s=0", "eval.final=0", "compile=false")
+         "tracking.system_metrics_s=0", *NOT_MEASURED)
 PARENT = "sweep precision=fp32,mixed platform=versal,cpu_gpu"
 JOBS = ("dqn-cartpole-versal-fp32-s0", "dqn-cartpole-cpu_gpu-fp32-s0",
         "dqn-cartpole-versal-mixed-s0", "dqn-cartpole-cpu_gpu-mixed-s0")

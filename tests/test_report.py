@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import hetrl_cli, mlflow_runs, new_store, tracking_uri
+from helpers import NOT_MEASURED, hetrl_cli, mlflow_runs, new_store, tracking_uri
 from mlflow.tracking import MlflowClient
 
 from hetrl.report import log_report, pareto_front
@@ -183,7 +183,7 @@ def sweep(tmp_path_factory) -> tuple[Path, MlflowClient]:
     tmp = tmp_path_factory.mktemp("sweep")
     out = hetrl_cli(tmp, "-m", "algo=dqn", "precision=fp32,mixed", "platform=versal,cpu_gpu",
                     "steps=300", "algo.learning_starts=100", "log_every=100", "algo.hidden=[16]",
-                    "eval.final=0", "compile=false")
+                    *NOT_MEASURED)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "sweep report not written" not in out.stderr
     return tmp, MlflowClient(tracking_uri(tmp))

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from helpers import metric_history, mlflow_runs, run_job
+from helpers import NOT_MEASURED, metric_history, mlflow_runs, run_job
 
 from hetrl.algos.base import Batch
 from hetrl.precision.uniform import UniformPrecision
@@ -143,8 +143,7 @@ def test_every_loop_ends_at_the_first_log_that_reaches_stop_return(tmp_path, loo
     """CartPole's random policy returns about 22: a stop_return of 15 is reached at one of
     the first logs, long before the budget."""
     result = run_job(tmp_path, *loop.split(), "env=cartpole", "steps=20000", "log_every=256",
-                     "stop_return=15", "eval.every=100000", "eval.episodes=1", "eval.final=0",
-                     "compile=false")
+                     "stop_return=15", "eval.every=100000", "eval.episodes=1", *NOT_MEASURED)
     curve = metric_history(tmp_path, result["run_id"], "return_mean_100")
     first = next(step for step, value in curve if value >= 15)
     assert result["stop_return/step"] == first == curve[-1][0] < 20000

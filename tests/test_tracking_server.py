@@ -18,7 +18,7 @@ from hetrl.report.__main__ import main as report_main
 from hetrl.tracking import mlflow as tracking
 from hetrl.tracking.server import postgres_missing
 
-from helpers import hetrl_cli, tracking_server, tracking_server_up
+from helpers import NOT_MEASURED, hetrl_cli, tracking_server, tracking_server_up
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -35,7 +35,7 @@ def test_a_sweep_lands_whole_through_the_tracking_server(server, tmp_path):
     uri, folder = server
     out = hetrl_cli(tmp_path, "-m", "algo=dqn", "seed=0,1", "steps=300",
                     "algo.learning_starts=100", "algo.batch_size=32", "algo.hidden=[16]",
-                    "log_every=100", "eval.final=0", "compile=false", uri=uri, timeout=300)
+                    "log_every=100", *NOT_MEASURED, uri=uri, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "View run" not in out.stdout  # hetrl names the run itself, MLflow does not
     client = MlflowClient(uri)

@@ -34,7 +34,8 @@ class UniformReplay:
         self.streams: dict[int, NStepAccumulator] = {}
         (obs_shape, obs_dtype), (act_shape, act_dtype) = _layout(obs_space, act_space)
         self.obs = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
-        self.next_obs = np.zeros(self.obs.shape, dtype=obs_dtype)  # not zeros_like: it writes
+        self.next_obs = np.zeros(self.obs.shape, dtype=obs_dtype)  # not zeros_like, which
+        # writes every byte: np.zeros leaves untouched pages unmapped until the buffer fills
         self.actions = np.zeros((capacity, *act_shape), dtype=act_dtype)
         self.rewards = np.zeros(capacity, dtype=np.float32)
         self.terminated = np.zeros(capacity, dtype=np.float32)
