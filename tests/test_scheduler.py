@@ -114,7 +114,7 @@ def test_a_diverging_learner_fails_its_run(tmp_path):
     with pytest.raises(NonFiniteLoss, match="non-finite since step"):
         run_job(tmp_path, "algo=dqn", "steps=2000", "algo.learning_starts=100",
                 "algo.train_freq=1", "algo.hidden=[16]", "algo.lr=1e30",
-                "algo.max_grad_norm=1e30", "log_every=500")
+                "algo.max_grad_norm=1e30", "log_every=500", *NOT_MEASURED)
     assert [r.info.status for r in mlflow_runs(tmp_path)] == ["FAILED"]
 
 
