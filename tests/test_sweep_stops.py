@@ -119,6 +119,9 @@ def _check_stopped(tmp_path: Path, log: Path, code: int, returncode: int, outliv
             num = row["job"]
             assert not (sweep_dir / num / "checkpoint.pt").exists()
     assert len(list(sweep_dir.glob("*/checkpoint.pt"))) == len(children)
+    # its report is the table: no job finished, no picture drawn
+    report = MlflowClient(tracking_uri(tmp_path)).list_artifacts(parent.info.run_id, "report")
+    assert [a.path for a in report] == ["report/report.html"]
     assert "Traceback" not in text, text[-3000:]
     name = signal.Signals(code - 128).name
     assert text.splitlines()[-1].startswith(f"stopped by {name}: the sweep's running jobs"), text

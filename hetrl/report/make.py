@@ -9,9 +9,8 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from hetrl.report import charts
 from hetrl.report.page import Figure, page
-from hetrl.report.pareto import panels
+from hetrl.report.pareto import Panel, panels
 from hetrl.report.runs import ReportError, Sweep, load_sweep
 from hetrl.report.table import summary_table
 
@@ -56,6 +55,27 @@ def write_report(sweep: Sweep, out: Path) -> list[Path]:
     """The report's PNGs and its HTML page (the PNGs embedded) in `out`; their paths, the
     page last."""
     found, left_out = panels(sweep)
+    figures = _figures(sweep, found, left_out, out) if sweep.plotted else []
+    table = summary_table(sweep, {p.run_id for panel in found
+                                  for p in (panel.points[i] for i in panel.front)})
+    parent = sweep.parent
+    html = out / HTML
+    html.write_text(page(
+        f"Sweep report: {parent.info.run_name}",
+        [f"parent run {parent.info.run_id}", f"status {parent.info.status}",
+         f"experiment {parent.info.experiment_id}",
+         f"sweep dir {parent.data.tags.get('sweep_dir', '?')}"],
+        f"python -m hetrl -m {parent.data.tags.get('overrides', '')}",
+        _notes(sweep), figures, table))
+    return [f.png for f in figures] + [html]
+
+
+def _figures(sweep: Sweep, found: list[Panel], left_out: list[str], out: Path) -> list[Figure]:
+    """The pictures of the finished jobs (`sweep.plotted`) as PNGs in `out`: charts, and
+    matplotlib with it, is imported only for a sweep that has one (a stopped sweep's report
+    is its table)."""
+    from hetrl.report import charts
+
     figures = []
     if found:
         modeled = " and ".join(("modeled" if p.modeled else "measured") for p in found)
@@ -95,18 +115,7 @@ def write_report(sweep: Sweep, out: Path) -> list[Path]:
                 caption += " Φ(P) by setting: " + "; ".join(
                     f"{label}: {value:.4g} samples/s" for label, value in sweep.phi_rows()) + "."
             figures.append(Figure(title, png, caption))
-    table = summary_table(sweep, {p.run_id for panel in found
-                                  for p in (panel.points[i] for i in panel.front)})
-    parent = sweep.parent
-    html = out / HTML
-    html.write_text(page(
-        f"Sweep report: {parent.info.run_name}",
-        [f"parent run {parent.info.run_id}", f"status {parent.info.status}",
-         f"experiment {parent.info.experiment_id}",
-         f"sweep dir {parent.data.tags.get('sweep_dir', '?')}"],
-        f"python -m hetrl -m {parent.data.tags.get('overrides', '')}",
-        _notes(sweep), figures, table))
-    return [f.png for f in figures] + [html]
+    return figures
 
 
 def _notes(sweep: Sweep) -> list[str]:

@@ -1,6 +1,7 @@
 """What a job logs beside its metrics: its step plan (figures, JSON, the Gantt of its schedule,
 PEARL's composition) and its learning curve. The job runner hands over what it built; the
-pictures are drawn here (hetrl.tracking.plots)."""
+pictures are drawn here (hetrl.tracking.plots, imported when one is drawn: matplotlib costs a
+job ~0.5 s of CPU at its start, and a job stopped or failed before its curve draws none)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from hetrl.planning import figures_json
 from hetrl.tracking.base import Tracker
-from hetrl.tracking.plots import device_labels, eps_heatmap, gantt, learning_curve
 
 if TYPE_CHECKING:
     from hetrl.planning import StepPlan
@@ -24,6 +24,8 @@ def log_plan(tracker: Tracker, step_plan: StepPlan, precision: Precision, platfo
     tracker.log_metrics(step_plan.metrics(batch_size), step=0)
     tracker.log_text(step_plan.to_json(), "plan.json")
     if len(step_plan.plan.devices) > 1:
+        from hetrl.tracking.plots import device_labels, gantt
+
         plan, graph = step_plan.plan, step_plan.graph
         if plan.dtypes is not None:  # measured on the host
             dtypes = plan.dtypes
@@ -35,6 +37,8 @@ def log_plan(tracker: Tracker, step_plan: StepPlan, precision: Precision, platfo
                                    labels=device_labels(platform), dtypes=dtypes,
                                    costs=step_plan.costs))
     if (composition := step_plan.composition) is not None:  # partitioner=composer (PEARL)
+        from hetrl.tracking.plots import eps_heatmap
+
         tracker.log_text(composition.to_json(), "composer/mapping.json")
         tracker.log_text(composition.table(), "composer/eps_platform.csv")
         tracker.log_text(figures_json(composition.matrix.rows()), "composer/matrix.json")
@@ -48,6 +52,8 @@ def log_learning_curve(tracker: Tracker, history: Sequence[tuple[int, float]],
                        learning_starts: int | None, results: Mapping[str, float],
                        out_dir: Path, name: str) -> None:
     """The learning curve, with `learning_starts` and the final return of its references."""
+    from hetrl.tracking.plots import learning_curve
+
     references = {label: results[key] for key, label in (
         ("reward_reference", "fp32 reference, final return"),
         ("reward_fp32_actors", "fp32 actors, final return")) if key in results}
