@@ -276,7 +276,7 @@ def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, sch
         try:
             deadline = time.monotonic() + 120
             while "/10000000 return" not in log.read_text() and time.monotonic() < deadline:
-                time.sleep(0.5)  # the actor has delivered its first transitions
+                time.sleep(0.1)  # the actor has delivered its first transitions
             pids = _actor_pids(marker, job.pid)
             assert len(pids) == 1, log.read_text()[-3000:]
             os.kill(pids[0], signum)
