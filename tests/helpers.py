@@ -107,6 +107,23 @@ def metric_history(tmp_path: Path, run_id: str, key: str) -> list[tuple[int, flo
     return [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
 
 
+@contextlib.contextmanager
+def local_ray() -> Iterator[None]:
+    """One local Ray for several jobs, started as a pool of two workers starts it (`init_ray`):
+    each job's pool finds it up and leaves it up, rather than starting its own (seconds of
+    Ray's processes each), as the jobs of a sweep in one process may share one."""
+    import ray
+
+    from hetrl.actors.ray import init_ray
+
+    started = init_ray(None, num_cpus=2)
+    try:
+        yield
+    finally:
+        if started:
+            ray.shutdown()
+
+
 def tracking_server(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """`python -m hetrl.tracking.server <args>`, outputs captured."""
     return subprocess.run([sys.executable, "-m", "hetrl.tracking.server", *args],

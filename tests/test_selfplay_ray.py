@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import compose_job, metric_history, run_job, tracking_uri
+from helpers import compose_job, local_ray, metric_history, run_job, tracking_uri
 from mlflow.tracking import MlflowClient
 from test_alphazero import TINY
 
@@ -18,18 +18,11 @@ from hetrl.validation import validate
 pytest.importorskip("ray")
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """One local Ray for the module's tests, started as a pool of two workers starts it
-    (`init_ray`): a pool finds it up and leaves it up, rather than each starting its own."""
-    import ray
-
-    from hetrl.actors.ray import init_ray
-
-    started = init_ray(None, num_cpus=2)
-    yield
-    if started:
-        ray.shutdown()
+@pytest.fixture(scope="module", name="local_ray")
+def _local_ray():
+    """One local Ray for the module's tests (helpers.local_ray)."""
+    with local_ray():
+        yield
 
 
 def test_ray_workers_play_a_generation(tmp_path: Path, local_ray):

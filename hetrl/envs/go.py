@@ -133,7 +133,8 @@ class GoPosition:
     Immutable: `play` returns the next position. `history` holds this board and the earlier
     ones the input planes show (newest first, empty before the game's start); `seen` every
     board of the game so far as bytes, `counts` their (black, white) stone counts (the
-    constructor adds this board's)."""
+    constructor adds this board's) and `most` the most stones of each colour among them
+    (`play` carries it over; by default read from `counts`)."""
 
     __slots__ = (
         "_groups",
@@ -141,6 +142,7 @@ class GoPosition:
         "game",
         "history",
         "last",
+        "most",
         "moves",
         "seen",
         "state",
@@ -152,7 +154,7 @@ class GoPosition:
 
     def __init__(self, game: GoGame, state: Any, history: np.ndarray, seen: frozenset,
                  counts: frozenset, superko: bool = False, moves: int = 0,
-                 last: int | None = None) -> None:
+                 last: int | None = None, most: tuple[int, int] | None = None) -> None:
         self.game, self.state, self.history = game, state, history
         self.seen, self.superko = seen, superko
         self.moves, self.last = moves, last
@@ -160,6 +162,9 @@ class GoPosition:
         self.stones = (int(np.count_nonzero(board == BLACK)),
                        int(np.count_nonzero(board == WHITE)))
         self.counts = counts | {self.stones}
+        if most is None:  # not carried over from the position before: read from `counts`
+            most = (max(c[0] for c in self.counts), max(c[1] for c in self.counts))
+        self.most = (max(most[0], self.stones[0]), max(most[1], self.stones[1]))
         self.to_play = BLACK if state.current_player() == 0 else WHITE
         self.terminal = superko or state.is_terminal()
         self._groups: Groups | None = None
@@ -207,7 +212,7 @@ class GoPosition:
         key = board.tobytes()
         superko = action != self.game.pass_action and key in self.seen
         return GoPosition(self.game, state, history, self.seen | {key}, self.counts, superko,
-                          self.moves + 1, int(action))
+                          self.moves + 1, int(action), self.most)
 
     def legal_mask(self) -> np.ndarray:
         """Legal moves (bool, N*N+1): OpenSpiel's (no suicide, no simple ko) less the moves
@@ -226,7 +231,7 @@ class GoPosition:
         and removes the opponent's groups beside it that it takes the last liberty of."""
         me = 0 if self.to_play == BLACK else 1
         own, opp = self.stones[me] + 1, self.stones[1 - me]
-        if all(counts[me] != own for counts in self.counts):  # no earlier board had as many
+        if own > self.most[me]:  # more than any earlier board had: `seen` is False for all
             return []
 
         def seen(opp_after: int) -> bool:
