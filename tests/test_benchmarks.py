@@ -1,7 +1,8 @@
 """Every benchmark in `benchmarks/` runs its `--smoke` mode to the end and prints its table.
 
 A benchmark is any script there with a `__main__` guard, so a new one is covered as soon as
-it lands (helper modules such as `common.py` have none)."""
+it lands (helper modules such as `common.py` have none). A smoke run is forked from a process
+that made the imports the benchmarks share, once per test process (tests/smoke_server.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
@@ -31,15 +34,26 @@ TABLE = re.compile(r"^\|(---:?\|)+$", re.MULTILINE)
 COMMITTED = BENCHMARKS[0].parent / "results"
 
 
+@pytest.fixture(scope="module")
+def smokes() -> Iterator[subprocess.Popen]:
+    """The fork server (tests/smoke_server.py) each smoke run starts from: its imports paid
+    once per test process, not once a run."""
+    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("smoke_server.py"))],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    yield server
+    server.kill()  # idle: it has no child left (its runs are waited for)
+    server.wait()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", SMOKED, ids=[path.stem for path in SMOKED])
-def test_smoke(script: Path, tmp_path: Path) -> None:
+def test_smoke(script: Path, tmp_path: Path, smokes: subprocess.Popen) -> None:
     """A benchmark with several modes smokes them all in its one `--smoke` run, which writes
     nothing into the committed benchmarks/results/ (the tests run them)."""
     if script.name in EXTRAS:
         pytest.importorskip(EXTRAS[script.name], reason="pip install -e '.[bench]'")
     before = _sizes(COMMITTED)
-    out = _smoke(script, tmp_path)
+    out = _smoke(smokes, script, tmp_path)
     assert _sizes(COMMITTED) == before
     assert TABLE.search(out) and "results appended" not in out, out[-3000:]
 
@@ -48,14 +62,21 @@ def _sizes(folder: Path) -> dict[Path, int]:
     return {path: path.stat().st_size for path in folder.iterdir()}
 
 
-def _smoke(script: Path, cwd: Path, *args: str) -> str:
-    """What `python benchmarks/<script> --smoke <args>` printed, run in `cwd`; it must
-    succeed."""
-    run = subprocess.run([sys.executable, str(script), "--smoke", *args], check=False,
-                         cwd=cwd, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
-    assert run.returncode == 0, run.stderr[-3000:]
-    return run.stdout
+def _smoke(server: subprocess.Popen, script: Path, cwd: Path, *args: str) -> str:
+    """What `python benchmarks/<script> --smoke <args>` printed, run in `cwd` (forked by
+    `server`); it must succeed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        server.stdin.write(json.dumps({
+            "argv": [str(script), "--smoke", *args], "cwd": str(cwd), "out": str(out),
+            "err": str(err), "timeout": 300,
+            "env": {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}}) + "\n")
+        server.stdin.flush()
+        reply = server.stdout.readline()
+        assert reply, f"the smoke server ended (exit {server.wait()})"
+        code = json.loads(reply)["code"]
+        assert code == 0, f"exit {code} (None: past 300 s)\n{err.read_text()[-3000:]}"
+        return out.read_text()
 
 
 def test_the_committed_results_read_back_with_their_commit_date_and_host() -> None:
@@ -74,14 +95,15 @@ def test_the_committed_results_read_back_with_their_commit_date_and_host() -> No
 
 
 @pytest.mark.slow
-def test_a_benchmark_appends_its_record_to_the_results_it_is_given(tmp_path: Path) -> None:
+def test_a_benchmark_appends_its_record_to_the_results_it_is_given(
+        tmp_path: Path, smokes: subprocess.Popen) -> None:
     """Given `--results FILE`, a smoke run appends one record there (and nothing to the
     committed benchmarks/results/, as test_smoke shows of every smoke run without it) that
     reads back with the commit, dirty flag, date, host line, its args and its tables' rows as
     dicts by column. This run is partition_scaling's smoke (a second of ILP solves)."""
     script = next(path for path in BENCHMARKS if path.name == "partition_scaling.py")
     before = _sizes(COMMITTED)
-    out = _smoke(script, tmp_path, "--results", "out/scaling.jsonl")
+    out = _smoke(smokes, script, tmp_path, "--results", "out/scaling.jsonl")
     assert _sizes(COMMITTED) == before
     assert TABLE.search(out) and "results appended to out/scaling.jsonl" in out, out[-3000:]
     [line] = (tmp_path / "out" / "scaling.jsonl").read_text().splitlines()
@@ -102,17 +124,18 @@ def test_a_stored_reward_error_run_reads_its_finished_jobs_back(
     """`mixed_reward_error.py --smoke --store --ledger`: run again with the store, it prints
     the same table without training a job again (a stopped one would resume from its
     checkpoint, as test_reproducibility.py shows of any job); run with the ledger alone, on a
-    machine without the store, the same table again. The first run trains its two seeds in two
-    worker processes, the others read them back in one (the test's own: only the runs that
-    train have processes of their own). With the ledger's fp32 jobs alone, in a new store, the
-    mixed jobs train again and no fp32 twin beside them."""
+    machine without the store, the same table again. Each run is the benchmark's `main` in the
+    test's own process (no process start, with its imports, of its own): the first trains its
+    two seeds in two worker processes, the others read them back. With the ledger's fp32 jobs
+    alone, in a new store, the mixed jobs train again (in this process, one worker) and no
+    fp32 twin beside them."""
     script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
     monkeypatch.syspath_prepend(str(script.parent))
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     monkeypatch.chdir(tmp_path)
     bench = importlib.import_module(script.stem)
 
-    def read_back(*args: str) -> str:
+    def smoke(*args: str) -> str:
         """What the benchmark prints, run with `--smoke <args>` in this process."""
         monkeypatch.setattr(sys, "argv", [str(script), "--smoke", *args])
         capsys.readouterr()
@@ -123,11 +146,10 @@ def test_a_stored_reward_error_run_reads_its_finished_jobs_back(
         return {path: path.stat().st_mtime_ns
                 for path in (tmp_path / "store").glob("*/seed*/*/checkpoint.pt")}
 
-    outputs = [_smoke(script, tmp_path, "--store", "store", "--workers", "2", "--ledger",
-                      "ledger.jsonl")]
+    outputs = [smoke("--store", "store", "--workers", "2", "--ledger", "ledger.jsonl")]
     stored = [checkpoints()]
     for args in (["--store", "store"], ["--ledger", "ledger.jsonl"]):
-        outputs.append(read_back(*args))
+        outputs.append(smoke(*args))
         stored.append(checkpoints())
     assert len(stored[0]) == 4  # 2 seeds x (fp32, mixed)
     assert stored[2] == stored[1] == stored[0]
@@ -145,7 +167,7 @@ def test_a_stored_reward_error_run_reads_its_finished_jobs_back(
 
     (tmp_path / "fp32.jsonl").write_text("".join(
         f"{line}\n" for line in ledger if '"precision": "fp32"' in line))
-    again = _smoke(script, tmp_path, "--store", "again", "--ledger", "fp32.jsonl")
+    again = smoke("--store", "again", "--ledger", "fp32.jsonl")
     for seed in (0, 1):
         runs = mlflow_runs(tmp_path / "again" / "dqn_cartpole-300steps" / f"seed{seed}")
         assert [r.data.tags["precision"] for r in runs] == ["mixed"]
@@ -190,7 +212,7 @@ def test_a_stop_reaches_every_worker_of_a_reward_error_run(tmp_path: Path) -> No
     try:
         while not all(_opened_runs(seed) for seed in seeds):
             assert bench.poll() is None and time.monotonic() < deadline, bench.stderr.read()
-            time.sleep(1)  # until both jobs have opened their runs (and listen for a stop)
+            time.sleep(0.2)  # until both jobs have opened their runs (and listen for a stop)
         bench.send_signal(signal.SIGTERM)
         _, err = bench.communicate(timeout=240)
         left = _processes_in(tmp_path)
