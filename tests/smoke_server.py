@@ -6,9 +6,9 @@ project's 2-core hosts), then forks a child per run that runs the script as
 benchmark starts itself (its sweeps, workers, servers) start as they always do.
 
 A JSON line on stdin per run: {"argv", "cwd", "env", "out", "err", "timeout"} (the child's
-stdout and stderr go to the files `out` and `err`); a JSON line on stdout once it ended:
-{"code": its exit code (negative: the signal that ended it), or null where it ran past
-`timeout` seconds and was killed}."""
+stdout and stderr go to the files `out` and `err`); two JSON lines on stdout: {"pid"} as it
+starts (to signal it), {"code": its exit code (negative: the signal that ended it), or null
+where it ran past `timeout` seconds and was killed} once it ended."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ def run(request: dict) -> int | None:
     pid = os.fork()
     if pid == 0:
         _child(request)
+    print(json.dumps({"pid": pid}), flush=True)
     deadline = time.monotonic() + request["timeout"]
     while not (done := os.waitpid(pid, os.WNOHANG))[0]:
         if time.monotonic() > deadline:

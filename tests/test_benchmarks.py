@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, suppress
 from pathlib import Path
 
 import pytest
@@ -67,16 +67,28 @@ def _smoke(server: subprocess.Popen, script: Path, cwd: Path, *args: str) -> str
     `server`); it must succeed."""
     with tempfile.TemporaryDirectory() as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-        server.stdin.write(json.dumps({
-            "argv": [str(script), "--smoke", *args], "cwd": str(cwd), "out": str(out),
-            "err": str(err), "timeout": 300,
-            "env": {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}}) + "\n")
-        server.stdin.flush()
-        reply = server.stdout.readline()
-        assert reply, f"the smoke server ended (exit {server.wait()})"
-        code = json.loads(reply)["code"]
+        _start(server, script, cwd, out, err, 300, *args)
+        code = _reply(server)["code"]
         assert code == 0, f"exit {code} (None: past 300 s)\n{err.read_text()[-3000:]}"
         return out.read_text()
+
+
+def _start(server: subprocess.Popen, script: Path, cwd: Path, out: Path, err: Path,
+           timeout: float, *args: str) -> int:
+    """The pid of `python benchmarks/<script> --smoke <args>` as `server` forks it in `cwd`,
+    its stdout and stderr going to `out` and `err`, killed after `timeout` seconds."""
+    server.stdin.write(json.dumps({
+        "argv": [str(script), "--smoke", *args], "cwd": str(cwd), "out": str(out),
+        "err": str(err), "timeout": timeout,
+        "env": {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}}) + "\n")
+    server.stdin.flush()
+    return _reply(server)["pid"]
+
+
+def _reply(server: subprocess.Popen) -> dict:
+    reply = server.stdout.readline()
+    assert reply, f"the smoke server ended (exit {server.wait()})"
+    return json.loads(reply)
 
 
 def test_the_committed_results_read_back_with_their_commit_date_and_host() -> None:
@@ -197,36 +209,49 @@ def test_the_workloads_of_a_reward_error_run_share_one_queue(
 
 
 @pytest.mark.slow
-def test_a_stop_reaches_every_worker_of_a_reward_error_run(tmp_path: Path) -> None:
+def test_a_stop_reaches_every_worker_of_a_reward_error_run(
+        tmp_path: Path, smokes: subprocess.Popen) -> None:
     """SIGTERM to `mixed_reward_error.py --workers 2` goes on to both running jobs: each
     checkpoints and ends KILLED before the benchmark exits 143 with the command that goes on,
     and no other job starts. (The jobs are the smoke's, long enough to be stopped: they
     reach their loop with no layers measured and no update compiled.)"""
     script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
-    bench = subprocess.Popen(
-        [sys.executable, str(script), "--smoke", "--steps", "50000", "--workers", "2",
-         "--store", "store"], cwd=tmp_path, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+    err = tmp_path / "stderr"
+    pid = _start(smokes, script, tmp_path, Path(os.devnull), err, 480, "--steps", "50000",
+                 "--workers", "2", "--store", "store")
     seeds = [tmp_path / "store" / "dqn_cartpole-50000steps" / f"seed{seed}" for seed in (0, 1)]
     deadline = time.monotonic() + 240
     try:
         while not all(_opened_runs(seed) for seed in seeds):
-            assert bench.poll() is None and time.monotonic() < deadline, bench.stderr.read()
+            assert _alive(pid) and time.monotonic() < deadline, err.read_text()[-3000:]
             time.sleep(0.2)  # until both jobs have opened their runs (and listen for a stop)
-        bench.send_signal(signal.SIGTERM)
-        _, err = bench.communicate(timeout=240)
-        left = _processes_in(tmp_path)
-    finally:
-        bench.kill()
-        for pid in _processes_in(tmp_path):
+        os.kill(pid, signal.SIGTERM)
+    except BaseException:
+        with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    assert bench.returncode == 143, err[-3000:]
+        raise
+    finally:
+        code = _reply(smokes)["code"]  # once it ended
+        left = _processes_in(tmp_path)
+        for stray in left:
+            os.kill(stray, signal.SIGKILL)
+    out = err.read_text()
+    assert code == 143, (code, out[-3000:])
     assert not left, "worker processes outlived the benchmark"
-    assert "after a checkpoint; go on with: python" in err.splitlines()[-1], err[-3000:]
+    assert "after a checkpoint; go on with: python" in out.splitlines()[-1], out[-3000:]
     for seed in seeds:
         assert [r.info.status for r in mlflow_runs(seed)] == ["KILLED"]
         assert (seed / "fp32" / "checkpoint.pt").is_file() and not (seed / "mixed").exists()
     assert sorted(path.name for path in seeds[0].parent.iterdir()) == ["seed0", "seed1"]
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process `pid` still runs (the server reaps it as it ends)."""
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def _opened_runs(store: Path) -> int:
