@@ -232,7 +232,7 @@ def test_a_stop_reaches_every_worker_of_a_reward_error_run(
         raise
     finally:
         code = _reply(smokes)["code"]  # once it ended
-        left = _processes_in(tmp_path)
+        left = _outliving(tmp_path, 60)
         for stray in left:
             os.kill(stray, signal.SIGKILL)
     out = err.read_text()
@@ -262,6 +262,16 @@ def _opened_runs(store: Path) -> int:
             return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
     except sqlite3.OperationalError:  # no database yet, or no table yet
         return 0
+
+
+def _outliving(folder: Path, timeout: float) -> list[int]:
+    """The processes working in `folder` still there `timeout` seconds on. Those of a
+    benchmark end with it, some a moment after it: spawn's resource tracker, its child, ends
+    as it sees its pipe from the benchmark close."""
+    deadline = time.monotonic() + timeout
+    while (left := _processes_in(folder)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
 
 
 def _processes_in(folder: Path) -> list[int]:
