@@ -104,16 +104,18 @@ class Mode:
     threads: int = 2  # of the best settings (smoke: 1, so that a busy core cannot stall it)
     extra: tuple[str, ...] = ()
     schedulers: tuple[str, str] = ("sync,pearl", "sync,pearl")  # swept by the best candidates
+    check_s: float = 0.2  # Timer seconds per thread count of each host check (`core_check`)
 
 
 MODES = {"full": Mode((20000, 3000), 5, 0.5),
          "quick": Mode((6000, 800), 3, 0.2, n_envs=("4", "1")),
          "smoke": Mode((300, 80), 1, 0.01, 300, (2, 2), (100, 60), ("4", "1"), 1,
                        ("platform.measure_layers=false", "eval.final=0", "compile=false"),
-                       ("pearl", "sync"))}
+                       ("pearl", "sync"), check_s=0.01)}
 """--smoke: tiny budgets (50 DQN updates, 20 DDPG ones a job), 1 thread, one Timer round of
-0.01 s; each workload's best sweep a single job (DQN's under pearl, DDPG's under sync); jobs
-eager (auto would time updates to find that) with no final evaluation (nothing reads it)."""
+0.01 s (the host checks' too); each workload's best sweep a single job (DQN's under pearl,
+DDPG's under sync); jobs eager (auto would time updates to find that) with no final
+evaluation (nothing reads it)."""
 
 
 @dataclass
@@ -368,7 +370,7 @@ def main() -> None:
     print(host_line("numpy", "gymnasium", "stable_baselines3"))
     print(f"mode: {name}; {mode.repeats} Timer rounds of >= {mode.min_run_time} s; fill "
           f"{mode.fill}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
-    checks, results = [core_check()], []
+    checks, results = [core_check(mode.check_s)], []
     with tempfile.TemporaryDirectory() as tmp:
         for i, w in enumerate(workloads(mode, args.only)):
             print(f"\n== {w.name}: {' '.join(w.overrides())}", flush=True)
@@ -380,7 +382,7 @@ def main() -> None:
                   f"{num(sb3_flushed['sps'])}), hetrl {num(hetrl['sps'])} env steps/s "
                   f"(run() {hetrl['run_s']:.1f} s), candidates "
                   + ", ".join(num(c["sps"]) for c in cands), flush=True)
-            checks.append(core_check())
+            checks.append(core_check(mode.check_s))
             results.append((w, lr, *figures))
     report(results, mode, checks, time.perf_counter() - start)
 

@@ -1,7 +1,8 @@
 """Every benchmark in `benchmarks/` runs its `--smoke` mode to the end and prints its table.
 
 A benchmark is any script there with a `__main__` guard, so a new one is covered as soon as
-it lands (helper modules such as `common.py` have none)."""
+it lands (helper modules such as `common.py` have none). A smoke run is forked from a process
+that made the imports the benchmarks share, once per test process (tests/smoke_server.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, suppress
 from pathlib import Path
 
 import pytest
@@ -31,15 +34,26 @@ TABLE = re.compile(r"^\|(---:?\|)+$", re.MULTILINE)
 COMMITTED = BENCHMARKS[0].parent / "results"
 
 
+@pytest.fixture(scope="module")
+def smokes() -> Iterator[subprocess.Popen]:
+    """The fork server (tests/smoke_server.py) each smoke run starts from: its imports paid
+    once per test process, not once a run."""
+    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("smoke_server.py"))],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    yield server
+    server.kill()  # idle: it has no child left (its runs are waited for)
+    server.wait()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", SMOKED, ids=[path.stem for path in SMOKED])
-def test_smoke(script: Path, tmp_path: Path) -> None:
+def test_smoke(script: Path, tmp_path: Path, smokes: subprocess.Popen) -> None:
     """A benchmark with several modes smokes them all in its one `--smoke` run, which writes
     nothing into the committed benchmarks/results/ (the tests run them)."""
     if script.name in EXTRAS:
         pytest.importorskip(EXTRAS[script.name], reason="pip install -e '.[bench]'")
     before = _sizes(COMMITTED)
-    out = _smoke(script, tmp_path)
+    out = _smoke(smokes, script, tmp_path)
     assert _sizes(COMMITTED) == before
     assert TABLE.search(out) and "results appended" not in out, out[-3000:]
 
@@ -48,14 +62,33 @@ def _sizes(folder: Path) -> dict[Path, int]:
     return {path: path.stat().st_size for path in folder.iterdir()}
 
 
-def _smoke(script: Path, cwd: Path, *args: str) -> str:
-    """What `python benchmarks/<script> --smoke <args>` printed, run in `cwd`; it must
-    succeed."""
-    run = subprocess.run([sys.executable, str(script), "--smoke", *args], check=False,
-                         cwd=cwd, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
-    assert run.returncode == 0, run.stderr[-3000:]
-    return run.stdout
+def _smoke(server: subprocess.Popen, script: Path, cwd: Path, *args: str) -> str:
+    """What `python benchmarks/<script> --smoke <args>` printed, run in `cwd` (forked by
+    `server`); it must succeed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        _start(server, script, cwd, out, err, 300, *args)
+        code = _reply(server)["code"]
+        assert code == 0, f"exit {code} (None: past 300 s)\n{err.read_text()[-3000:]}"
+        return out.read_text()
+
+
+def _start(server: subprocess.Popen, script: Path, cwd: Path, out: Path, err: Path,
+           timeout: float, *args: str) -> int:
+    """The pid of `python benchmarks/<script> --smoke <args>` as `server` forks it in `cwd`,
+    its stdout and stderr going to `out` and `err`, killed after `timeout` seconds."""
+    server.stdin.write(json.dumps({
+        "argv": [str(script), "--smoke", *args], "cwd": str(cwd), "out": str(out),
+        "err": str(err), "timeout": timeout,
+        "env": {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}}) + "\n")
+    server.stdin.flush()
+    return _reply(server)["pid"]
+
+
+def _reply(server: subprocess.Popen) -> dict:
+    reply = server.stdout.readline()
+    assert reply, f"the smoke server ended (exit {server.wait()})"
+    return json.loads(reply)
 
 
 def test_the_committed_results_read_back_with_their_commit_date_and_host() -> None:
@@ -74,14 +107,15 @@ def test_the_committed_results_read_back_with_their_commit_date_and_host() -> No
 
 
 @pytest.mark.slow
-def test_a_benchmark_appends_its_record_to_the_results_it_is_given(tmp_path: Path) -> None:
+def test_a_benchmark_appends_its_record_to_the_results_it_is_given(
+        tmp_path: Path, smokes: subprocess.Popen) -> None:
     """Given `--results FILE`, a smoke run appends one record there (and nothing to the
     committed benchmarks/results/, as test_smoke shows of every smoke run without it) that
     reads back with the commit, dirty flag, date, host line, its args and its tables' rows as
     dicts by column. This run is partition_scaling's smoke (a second of ILP solves)."""
     script = next(path for path in BENCHMARKS if path.name == "partition_scaling.py")
     before = _sizes(COMMITTED)
-    out = _smoke(script, tmp_path, "--results", "out/scaling.jsonl")
+    out = _smoke(smokes, script, tmp_path, "--results", "out/scaling.jsonl")
     assert _sizes(COMMITTED) == before
     assert TABLE.search(out) and "results appended to out/scaling.jsonl" in out, out[-3000:]
     [line] = (tmp_path / "out" / "scaling.jsonl").read_text().splitlines()
@@ -102,17 +136,18 @@ def test_a_stored_reward_error_run_reads_its_finished_jobs_back(
     """`mixed_reward_error.py --smoke --store --ledger`: run again with the store, it prints
     the same table without training a job again (a stopped one would resume from its
     checkpoint, as test_reproducibility.py shows of any job); run with the ledger alone, on a
-    machine without the store, the same table again. The first run trains its two seeds in two
-    worker processes, the others read them back in one (the test's own: only the runs that
-    train have processes of their own). With the ledger's fp32 jobs alone, in a new store, the
-    mixed jobs train again and no fp32 twin beside them."""
+    machine without the store, the same table again. Each run is the benchmark's `main` in the
+    test's own process (no process start, with its imports, of its own): the first trains its
+    two seeds in two worker processes, the others read them back. With the ledger's fp32 jobs
+    alone, in a new store, the mixed jobs train again (in this process, one worker) and no
+    fp32 twin beside them."""
     script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
     monkeypatch.syspath_prepend(str(script.parent))
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     monkeypatch.chdir(tmp_path)
     bench = importlib.import_module(script.stem)
 
-    def read_back(*args: str) -> str:
+    def smoke(*args: str) -> str:
         """What the benchmark prints, run with `--smoke <args>` in this process."""
         monkeypatch.setattr(sys, "argv", [str(script), "--smoke", *args])
         capsys.readouterr()
@@ -123,11 +158,10 @@ def test_a_stored_reward_error_run_reads_its_finished_jobs_back(
         return {path: path.stat().st_mtime_ns
                 for path in (tmp_path / "store").glob("*/seed*/*/checkpoint.pt")}
 
-    outputs = [_smoke(script, tmp_path, "--store", "store", "--workers", "2", "--ledger",
-                      "ledger.jsonl")]
+    outputs = [smoke("--store", "store", "--workers", "2", "--ledger", "ledger.jsonl")]
     stored = [checkpoints()]
     for args in (["--store", "store"], ["--ledger", "ledger.jsonl"]):
-        outputs.append(read_back(*args))
+        outputs.append(smoke(*args))
         stored.append(checkpoints())
     assert len(stored[0]) == 4  # 2 seeds x (fp32, mixed)
     assert stored[2] == stored[1] == stored[0]
@@ -145,7 +179,7 @@ def test_a_stored_reward_error_run_reads_its_finished_jobs_back(
 
     (tmp_path / "fp32.jsonl").write_text("".join(
         f"{line}\n" for line in ledger if '"precision": "fp32"' in line))
-    again = _smoke(script, tmp_path, "--store", "again", "--ledger", "fp32.jsonl")
+    again = smoke("--store", "again", "--ledger", "fp32.jsonl")
     for seed in (0, 1):
         runs = mlflow_runs(tmp_path / "again" / "dqn_cartpole-300steps" / f"seed{seed}")
         assert [r.data.tags["precision"] for r in runs] == ["mixed"]
@@ -175,36 +209,49 @@ def test_the_workloads_of_a_reward_error_run_share_one_queue(
 
 
 @pytest.mark.slow
-def test_a_stop_reaches_every_worker_of_a_reward_error_run(tmp_path: Path) -> None:
+def test_a_stop_reaches_every_worker_of_a_reward_error_run(
+        tmp_path: Path, smokes: subprocess.Popen) -> None:
     """SIGTERM to `mixed_reward_error.py --workers 2` goes on to both running jobs: each
     checkpoints and ends KILLED before the benchmark exits 143 with the command that goes on,
     and no other job starts. (The jobs are the smoke's, long enough to be stopped: they
     reach their loop with no layers measured and no update compiled.)"""
     script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
-    bench = subprocess.Popen(
-        [sys.executable, str(script), "--smoke", "--steps", "50000", "--workers", "2",
-         "--store", "store"], cwd=tmp_path, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+    err = tmp_path / "stderr"
+    pid = _start(smokes, script, tmp_path, Path(os.devnull), err, 480, "--steps", "50000",
+                 "--workers", "2", "--store", "store")
     seeds = [tmp_path / "store" / "dqn_cartpole-50000steps" / f"seed{seed}" for seed in (0, 1)]
     deadline = time.monotonic() + 240
     try:
         while not all(_opened_runs(seed) for seed in seeds):
-            assert bench.poll() is None and time.monotonic() < deadline, bench.stderr.read()
-            time.sleep(1)  # until both jobs have opened their runs (and listen for a stop)
-        bench.send_signal(signal.SIGTERM)
-        _, err = bench.communicate(timeout=240)
-        left = _processes_in(tmp_path)
-    finally:
-        bench.kill()
-        for pid in _processes_in(tmp_path):
+            assert _alive(pid) and time.monotonic() < deadline, err.read_text()[-3000:]
+            time.sleep(0.2)  # until both jobs have opened their runs (and listen for a stop)
+        os.kill(pid, signal.SIGTERM)
+    except BaseException:
+        with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    assert bench.returncode == 143, err[-3000:]
+        raise
+    finally:
+        code = _reply(smokes)["code"]  # once it ended
+        left = _outliving(tmp_path, 60)
+        for stray in left:
+            os.kill(stray, signal.SIGKILL)
+    out = err.read_text()
+    assert code == 143, (code, out[-3000:])
     assert not left, "worker processes outlived the benchmark"
-    assert "after a checkpoint; go on with: python" in err.splitlines()[-1], err[-3000:]
+    assert "after a checkpoint; go on with: python" in out.splitlines()[-1], out[-3000:]
     for seed in seeds:
         assert [r.info.status for r in mlflow_runs(seed)] == ["KILLED"]
         assert (seed / "fp32" / "checkpoint.pt").is_file() and not (seed / "mixed").exists()
     assert sorted(path.name for path in seeds[0].parent.iterdir()) == ["seed0", "seed1"]
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process `pid` still runs (the server reaps it as it ends)."""
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def _opened_runs(store: Path) -> int:
@@ -215,6 +262,16 @@ def _opened_runs(store: Path) -> int:
             return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
     except sqlite3.OperationalError:  # no database yet, or no table yet
         return 0
+
+
+def _outliving(folder: Path, timeout: float) -> list[int]:
+    """The processes working in `folder` still there `timeout` seconds on. Those of a
+    benchmark end with it, some a moment after it: spawn's resource tracker, its child, ends
+    as it sees its pipe from the benchmark close."""
+    deadline = time.monotonic() + timeout
+    while (left := _processes_in(folder)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
 
 
 def _processes_in(folder: Path) -> list[int]:
