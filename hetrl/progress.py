@@ -21,6 +21,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    Task,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -58,10 +59,12 @@ class _NotProgress(logging.Filter):
 @dataclass
 class Span:
     """The env steps one bar covers across a job and the twins it trains after itself:
-    `total` planned, `done` by the runs whose bars closed."""
+    `total` planned, `done` by the runs whose bars closed, and when the first bar `started`
+    (rich's clock: a twin's elapsed time goes on from the job's)."""
 
     total: int
     done: int = 0
+    started: float | None = None
 
 
 class TrainingProgress:
@@ -94,8 +97,16 @@ class TrainingProgress:
             self.bar.task_id = self.bar.add_task(title, total=self.span.total,
                                                  completed=self.span.done + start,
                                                  ret="-", sps="-")
+            self._carry_start(self.bar.tasks[-1])
             self.bar.start()
             self._route_console_logs()
+
+    def _carry_start(self, task: Task) -> None:
+        """The span's first bar starts its clock; a twin's bar takes that start."""
+        if self.span.started is None:
+            self.span.started = task.start_time
+        else:
+            task.start_time = self.span.started
 
     def _route_console_logs(self) -> None:
         """Log lines meant for the terminal print above the bar (through rich's redirected

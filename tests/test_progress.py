@@ -85,13 +85,17 @@ def test_an_evaluation_gets_its_own_line_and_an_event_none(caplog):
 
 def test_a_twin_s_bar_goes_on_where_its_job_s_stopped_within_one_total():
     console, out = fake_terminal()
-    loop, span = Loop(), Span(2_000)  # a job of 1,000 steps, then its twin of 1,000
+    loop, span, starts = Loop(), Span(2_000), []  # a job of 1,000 steps, then its twin of 1,000
     for step in (1_000, 500):  # each bar's last redraw: at its close
         loop.step = step
-        TrainingProgress(1_000, 0, "run", counter=lambda: loop.step, console=console,
-                         span=span).close()
+        run = TrainingProgress(1_000, 0, "run", counter=lambda: loop.step, console=console,
+                               span=span)
+        starts.append(run.bar.tasks[0].start_time)
+        time.sleep(0.01)
+        run.close()
     assert "1000/2000" in out.getvalue() and "1500/2000" in out.getvalue()
     assert span.done == 2_000
+    assert starts[0] == starts[1] is not None  # the twin's elapsed time goes on from the job's
     TrainingProgress(1_000, 0, "unplanned twin", console=console, span=span).close()
     assert "2000/3000" in out.getvalue()  # a run the job did not plan widens the total
 
