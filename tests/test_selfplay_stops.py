@@ -43,9 +43,13 @@ def _workers() -> list[psutil.Process]:
             and "resource_tracker" not in command]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize(("workers", "group"), [(0, False), (2, False), (2, True)],
+                         ids=["in-process", "workers", "workers-signalled-too"])
 def test_a_stop_inside_a_generation_ends_it_within_a_second(tmp_path: Path, monkeypatch,
-                                                            workers: int):
+                                                            workers: int, group: bool):
+    """`group`: the signal reaches the workers too (as a terminal's Ctrl-C or a launcher's
+    SIGTERM to the process group does): they die of it, and the job still ends stopped, not
+    with a lost worker."""
     stop, playing = StopRequest(), threading.Event()
     monkeypatch.setattr(experiment, "_stop_on_signals", lambda: nullcontext(stop))
     for owner, name in ((selfplay, "play_games"), (SelfPlayPool, "tasks")):
@@ -57,6 +61,8 @@ def test_a_stop_inside_a_generation_ends_it_within_a_second(tmp_path: Path, monk
         time.sleep(2.0)  # the generation's games are under way
         asked.append(time.monotonic())
         stop.request(signal.SIGTERM)
+        for worker in _workers() if group else []:
+            os.kill(worker.pid, signal.SIGTERM)
 
     threading.Thread(target=ask, daemon=True).start()
     with pytest.raises(Stopped, match="stopped at step 0 by SIGTERM"):

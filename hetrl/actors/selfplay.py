@@ -148,6 +148,8 @@ class WorkerPool(SelfPlayPool):
             try:
                 item = self.results.get(timeout=POLL_S)
             except queue.Empty:
+                if self.stopping():  # a signal to the whole group ends the workers too
+                    continue
                 check_alive(self.procs, "self-play worker", logs=self.logs)
                 if (silent := time.monotonic() - heard) > self.timeout_s:
                     raise hung("self-play worker", [named(r, self.procs[r], self.logs[r])
