@@ -4,10 +4,9 @@ Every pair of options that validation accepts trains: a pair is accepted when
 `python -m hetrl g1=o1 g2=o2` composes and validates (the rest of the config at its
 defaults); the accepted pairs are then covered by few jobs (pairwise testing: a job grows by
 the option that covers the most pairs not yet covered while the job validates), each of which
-trains a few steps. So every algorithm trains
-on the env it brings, and every option of every group trains beside every option of every
-other group that it fits. Every env trains with the first algorithm of the registry that fits
-it.
+trains a few steps. So every algorithm trains on the env it brings, and every option of every
+group trains beside every option of every other group that it fits. Every env trains with the
+first algorithm of the registry that fits it.
 """
 
 from __future__ import annotations
