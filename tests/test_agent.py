@@ -114,7 +114,7 @@ def test_evaluate_prints_the_greedy_return_and_logs_a_video_to_the_run(job, caps
 
 
 @pytest.mark.slow
-def test_the_mlflow_model_returns_actions_and_is_served(job):
+def test_the_mlflow_model_returns_actions_and_is_served(job, tmp_path):
     import mlflow.pyfunc
 
     folder, results, store = job
@@ -134,20 +134,23 @@ def test_the_mlflow_model_returns_actions_and_is_served(job):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    log = tmp_path / "serve.log"
     server = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager",
          "local", "--port", str(port), "--host", "127.0.0.1", "--workers", "1"],
-        env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri(store)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        # the server execs `uvicorn` from PATH: this interpreter's, activated or not
+        env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri(store),
+             "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ["PATH"]))},
+        stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        answer = _ask(port, {"inputs": obs.tolist()}, server)
+        answer = _ask(port, {"inputs": obs.tolist()}, server, log)
         assert answer["predictions"] == expected.tolist()
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
 
 
-def _ask(port: int, body: dict, server: subprocess.Popen, wait_s: float = 120) -> dict:
+def _ask(port: int, body: dict, server: subprocess.Popen, log: Path, wait_s: float = 120) -> dict:
     """POST `body` to the served model's /invocations once the server answers."""
     request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations",
                                      json.dumps(body).encode(),
@@ -158,8 +161,8 @@ def _ask(port: int, body: dict, server: subprocess.Popen, wait_s: float = 120) -
             with urllib.request.urlopen(request, timeout=30) as response:
                 return json.loads(response.read())
         except OSError:
-            assert server.poll() is None, "mlflow models serve exited"
-            assert time.monotonic() < deadline, "mlflow models serve did not answer"
+            assert server.poll() is None, f"mlflow models serve exited:\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"mlflow models serve did not answer:\n{log.read_text()}"
             time.sleep(0.5)
 
 
