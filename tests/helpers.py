@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
+from forks import Forked, forked_run
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
@@ -83,15 +84,24 @@ def track_into(cfg: DictConfig, tmp_path: Path) -> None:
 def hetrl_cli(tmp_path: Path, *args: str, timeout: float = 600,
               uri: str | None = None) -> subprocess.CompletedProcess:
     """`python -m hetrl <args>` in tmp_path, tracking there (or to `uri`: a tracking
-    server's); outputs captured."""
+    server's); outputs captured. Forked (tests/forks.py): a test of how a fresh process
+    starts (its imports, its first signals) starts one itself."""
+    return forked_run(_hetrl_argv(tmp_path, args, uri), tmp_path,
+                      {**os.environ, "HYDRA_FULL_ERROR": "0"}, timeout)
+
+
+def hetrl_started(tmp_path: Path, *args: str, log: Path, uri: str | None = None) -> Forked:
+    """`python -m hetrl <args>` started in tmp_path as `hetrl_cli` runs it, in a session of
+    its own (a Ctrl-C to its group reaches it and what it starts, nothing else; the session's
+    processes are the job's), its output going to `log`."""
+    return Forked(_hetrl_argv(tmp_path, args, uri), tmp_path,
+                  {**os.environ, "HYDRA_FULL_ERROR": "0"}, log)
+
+
+def _hetrl_argv(tmp_path: Path, args: tuple[str, ...], uri: str | None) -> list[str]:
     flags = [a for a in args if a.startswith("-")]
     overrides = [a for a in args if not a.startswith("-")]
-    return subprocess.run(
-        [sys.executable, "-m", "hetrl", *flags, f"tracking.uri={uri or tracking_uri(tmp_path)}",
-         *overrides],
-        cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
-    )
+    return ["-m", "hetrl", *flags, f"tracking.uri={uri or tracking_uri(tmp_path)}", *overrides]
 
 
 def mlflow_runs(tmp_path: Path) -> list:

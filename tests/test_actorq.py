@@ -6,11 +6,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 from functools import partial
 
@@ -18,7 +15,8 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from helpers import NOT_MEASURED, build_job, compose_job, metric_history, mlflow_runs, run_job, tracking_uri
+from helpers import (NOT_MEASURED, build_job, compose_job, hetrl_started, metric_history, mlflow_runs,
+                     run_job)
 
 from hetrl import experiment
 from hetrl.actors.pool import ActorError
@@ -94,29 +92,27 @@ def test_q_and_q_c_deliver_the_weights_the_actor_acts_with(precision):
     worker.close()
 
 
-def _marked_processes(marker: str) -> list[int]:
-    """Pids of live processes whose environment carries `marker`."""
+def _session_processes(sid: int) -> list[int]:
+    """Pids of the live processes of session `sid` (a job started in a session of its own:
+    itself and every process it started)."""
     pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if marker.encode() in environ and state != "Z":
-            pids.append(int(entry.name))
+        if int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(stat.parent.name))
     return pids
 
 
-def _all_exit(marker: str, grace_s: float = 15.0) -> bool:
-    """Whether every marked process is gone within a grace period (multiprocessing's
+def _all_exit(sid: int, grace_s: float = 15.0) -> bool:
+    """Whether every process of session `sid` is gone within a grace period (multiprocessing's
     resource tracker exits a moment after the job; an orphaned actor never does)."""
     deadline = time.monotonic() + grace_s
-    while _marked_processes(marker) and time.monotonic() < deadline:
+    while _session_processes(sid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    return _marked_processes(marker) == []
+    return _session_processes(sid) == []
 
 
 def test_process_actors_stop_on_sigterm(tmp_path, monkeypatch):
@@ -245,11 +241,10 @@ def test_a_stop_request_ends_a_wait_on_a_hung_actor():
         pool.close()
 
 
-def _actor_pids(marker: str, job: int) -> list[int]:
-    """The marked processes that are actors: the job's children, its resource tracker aside
-    (actors are forked or spawned)."""
-    return [pid for pid in _marked_processes(marker)
-            if psutil.Process(pid).ppid() == job
+def _actor_pids(job: int) -> list[int]:
+    """The job's actors: its children, its resource tracker aside (actors are forked or
+    spawned)."""
+    return [pid for pid in _session_processes(job) if psutil.Process(pid).ppid() == job
             and b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
 
@@ -262,36 +257,33 @@ def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, sch
     before that a SIGTERM stops the job (KILLED) instead of waiting forever, under ActorQ and
     PEARL alike. An actor killed outright fails the run in seconds, in one line naming it.
     No process outlives the job."""
-    marker = f"actorq-{uuid.uuid4()}"
     log = tmp_path / "output.txt"
     pids: list[int] = []
-    with log.open("w") as output:
-        job = subprocess.Popen(
-            [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}",
-             f"scheduler={scheduler}", "actors.n=1", "actors.pull_every=50", "steps=10000000",
-             "algo.learning_starts=50", "algo.hidden=[16]", "log_every=50",
-             "platform.measure_layers=false", "compile=false", f"actors.timeout_s={timeout_s}"],
-            cwd=tmp_path, stdout=output, stderr=output,
-            env={**os.environ, "HETRL_TEST_MARKER": marker})
-        try:
-            deadline = time.monotonic() + 120
-            while "/10000000 return" not in log.read_text() and time.monotonic() < deadline:
-                time.sleep(0.1)  # the actor has delivered its first transitions
-            pids = _actor_pids(marker, job.pid)
-            assert len(pids) == 1, log.read_text()[-3000:]
-            os.kill(pids[0], signum)
-            start = time.monotonic()
-            if signum == signal.SIGSTOP and timeout_s == 600:
-                time.sleep(2)  # the learner waits on the stopped actor
-                job.send_signal(signal.SIGTERM)
-            code = job.wait(timeout=60)
-            waited = time.monotonic() - start
-        finally:
-            job.kill()
-            for pid in pids:
-                _kill(pid)
+    job = hetrl_started(
+        tmp_path, f"scheduler={scheduler}", "actors.n=1", "actors.pull_every=50",
+        "steps=10000000", "algo.learning_starts=50", "algo.hidden=[16]", "log_every=50",
+        "platform.measure_layers=false", "compile=false", f"actors.timeout_s={timeout_s}",
+        log=log)
+    try:
+        deadline = time.monotonic() + 120
+        while "/10000000 return" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)  # the actor has delivered its first transitions
+        pids = _actor_pids(job.pid)
+        assert len(pids) == 1, log.read_text()[-3000:]
+        os.kill(pids[0], signum)
+        start = time.monotonic()
+        if signum == signal.SIGSTOP and timeout_s == 600:
+            time.sleep(2)  # the learner waits on the stopped actor
+            job.send_signal(signal.SIGTERM)
+        code = job.wait(timeout=60)
+        waited = time.monotonic() - start
+    finally:
+        job.kill()
+        job.wait()
+        for pid in pids:
+            _kill(pid)
     text = log.read_text()
-    assert _all_exit(marker)
+    assert _all_exit(job.pid)
     (run,) = mlflow_runs(tmp_path)
     if signum == signal.SIGKILL:
         assert code == 1 and run.info.status == "FAILED", text[-3000:]

@@ -2,7 +2,7 @@
 
 A benchmark is any script there with a `__main__` guard, so a new one is covered as soon as
 it lands (helper modules such as `common.py` have none). A smoke run is forked from a process
-that made the imports the benchmarks share, once per test process (tests/smoke_server.py)."""
+that made the imports the benchmarks share, once per test process (tests/forks.py)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,14 @@ import os
 import re
 import signal
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import closing, suppress
+from contextlib import closing
 from pathlib import Path
 
 import pytest
+from forks import Forked
 from helpers import mlflow_runs
 
 BENCHMARKS = sorted(path for path in (Path(__file__).parent.parent / "benchmarks").glob("*.py")
@@ -34,26 +33,15 @@ TABLE = re.compile(r"^\|(---:?\|)+$", re.MULTILINE)
 COMMITTED = BENCHMARKS[0].parent / "results"
 
 
-@pytest.fixture(scope="module")
-def smokes() -> Iterator[subprocess.Popen]:
-    """The fork server (tests/smoke_server.py) each smoke run starts from: its imports paid
-    once per test process, not once a run."""
-    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("smoke_server.py"))],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    yield server
-    server.kill()  # idle: it has no child left (its runs are waited for)
-    server.wait()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("script", SMOKED, ids=[path.stem for path in SMOKED])
-def test_smoke(script: Path, tmp_path: Path, smokes: subprocess.Popen) -> None:
+def test_smoke(script: Path, tmp_path: Path) -> None:
     """A benchmark with several modes smokes them all in its one `--smoke` run, which writes
     nothing into the committed benchmarks/results/ (the tests run them)."""
     if script.name in EXTRAS:
         pytest.importorskip(EXTRAS[script.name], reason="pip install -e '.[bench]'")
     before = _sizes(COMMITTED)
-    out = _smoke(smokes, script, tmp_path)
+    out = _smoke(script, tmp_path)
     assert _sizes(COMMITTED) == before
     assert TABLE.search(out) and "results appended" not in out, out[-3000:]
 
@@ -62,33 +50,22 @@ def _sizes(folder: Path) -> dict[Path, int]:
     return {path: path.stat().st_size for path in folder.iterdir()}
 
 
-def _smoke(server: subprocess.Popen, script: Path, cwd: Path, *args: str) -> str:
-    """What `python benchmarks/<script> --smoke <args>` printed, run in `cwd` (forked by
-    `server`); it must succeed."""
+def _smoke(script: Path, cwd: Path, *args: str) -> str:
+    """What `python benchmarks/<script> --smoke <args>` printed, run in `cwd` (forked); it must
+    succeed."""
     with tempfile.TemporaryDirectory() as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-        _start(server, script, cwd, out, err, 300, *args)
-        code = _reply(server)["code"]
-        assert code == 0, f"exit {code} (None: past 300 s)\n{err.read_text()[-3000:]}"
+        code = _started(script, cwd, out, err, 300, *args).wait()
+        assert code == 0, f"exit {code} (-9: past 300 s)\n{err.read_text()[-3000:]}"
         return out.read_text()
 
 
-def _start(server: subprocess.Popen, script: Path, cwd: Path, out: Path, err: Path,
-           timeout: float, *args: str) -> int:
-    """The pid of `python benchmarks/<script> --smoke <args>` as `server` forks it in `cwd`,
-    its stdout and stderr going to `out` and `err`, killed after `timeout` seconds."""
-    server.stdin.write(json.dumps({
-        "argv": [str(script), "--smoke", *args], "cwd": str(cwd), "out": str(out),
-        "err": str(err), "timeout": timeout,
-        "env": {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}}) + "\n")
-    server.stdin.flush()
-    return _reply(server)["pid"]
-
-
-def _reply(server: subprocess.Popen) -> dict:
-    reply = server.stdout.readline()
-    assert reply, f"the smoke server ended (exit {server.wait()})"
-    return json.loads(reply)
+def _started(script: Path, cwd: Path, out: Path, err: Path, timeout: float,
+             *args: str) -> Forked:
+    """`python benchmarks/<script> --smoke <args>` forked in `cwd`, its stdout and stderr going
+    to `out` and `err`, killed after `timeout` seconds."""
+    return Forked([str(script), "--smoke", *args], cwd,
+                  {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}, out, err, timeout)
 
 
 def test_the_committed_results_read_back_with_their_commit_date_and_host() -> None:
@@ -108,14 +85,14 @@ def test_the_committed_results_read_back_with_their_commit_date_and_host() -> No
 
 @pytest.mark.slow
 def test_a_benchmark_appends_its_record_to_the_results_it_is_given(
-        tmp_path: Path, smokes: subprocess.Popen) -> None:
+        tmp_path: Path) -> None:
     """Given `--results FILE`, a smoke run appends one record there (and nothing to the
     committed benchmarks/results/, as test_smoke shows of every smoke run without it) that
     reads back with the commit, dirty flag, date, host line, its args and its tables' rows as
     dicts by column. This run is partition_scaling's smoke (a second of ILP solves)."""
     script = next(path for path in BENCHMARKS if path.name == "partition_scaling.py")
     before = _sizes(COMMITTED)
-    out = _smoke(smokes, script, tmp_path, "--results", "out/scaling.jsonl")
+    out = _smoke(script, tmp_path, "--results", "out/scaling.jsonl")
     assert _sizes(COMMITTED) == before
     assert TABLE.search(out) and "results appended to out/scaling.jsonl" in out, out[-3000:]
     [line] = (tmp_path / "out" / "scaling.jsonl").read_text().splitlines()
@@ -209,29 +186,27 @@ def test_the_workloads_of_a_reward_error_run_share_one_queue(
 
 
 @pytest.mark.slow
-def test_a_stop_reaches_every_worker_of_a_reward_error_run(
-        tmp_path: Path, smokes: subprocess.Popen) -> None:
+def test_a_stop_reaches_every_worker_of_a_reward_error_run(tmp_path: Path) -> None:
     """SIGTERM to `mixed_reward_error.py --workers 2` goes on to both running jobs: each
     checkpoints and ends KILLED before the benchmark exits 143 with the command that goes on,
     and no other job starts. (The jobs are the smoke's, long enough to be stopped: they
     reach their loop with no layers measured and no update compiled.)"""
     script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
     err = tmp_path / "stderr"
-    pid = _start(smokes, script, tmp_path, Path(os.devnull), err, 480, "--steps", "50000",
-                 "--workers", "2", "--store", "store")
+    run = _started(script, tmp_path, Path(os.devnull), err, 480, "--steps", "50000",
+                   "--workers", "2", "--store", "store")
     seeds = [tmp_path / "store" / "dqn_cartpole-50000steps" / f"seed{seed}" for seed in (0, 1)]
     deadline = time.monotonic() + 240
     try:
         while not all(_opened_runs(seed) for seed in seeds):
-            assert _alive(pid) and time.monotonic() < deadline, err.read_text()[-3000:]
+            assert run.poll() is None and time.monotonic() < deadline, err.read_text()[-3000:]
             time.sleep(0.2)  # until both jobs have opened their runs (and listen for a stop)
-        os.kill(pid, signal.SIGTERM)
+        run.send_signal(signal.SIGTERM)
     except BaseException:
-        with suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+        run.kill()
         raise
     finally:
-        code = _reply(smokes)["code"]  # once it ended
+        code = run.wait()  # once it ended
         left = _outliving(tmp_path, 60)
         for stray in left:
             os.kill(stray, signal.SIGKILL)
@@ -243,15 +218,6 @@ def test_a_stop_reaches_every_worker_of_a_reward_error_run(
         assert [r.info.status for r in mlflow_runs(seed)] == ["KILLED"]
         assert (seed / "fp32" / "checkpoint.pt").is_file() and not (seed / "mixed").exists()
     assert sorted(path.name for path in seeds[0].parent.iterdir()) == ["seed0", "seed1"]
-
-
-def _alive(pid: int) -> bool:
-    """Whether the process `pid` still runs (the server reaps it as it ends)."""
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
 
 
 def _opened_runs(store: Path) -> int:

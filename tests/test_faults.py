@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from helpers import hetrl_cli, mlflow_runs, run_job, tracking_uri
+from helpers import hetrl_cli, hetrl_started, mlflow_runs, run_job
 
 from hetrl import checkpoint
 from hetrl.faults import Fault, Stopped, StopRequest, exit_on_stop
@@ -125,21 +125,19 @@ def test_an_unwritable_tracking_folder_is_named_at_once(tmp_path):
 def test_a_stop_by_signal_exits_with_its_code_and_the_resume_command(tmp_path, signum, code):
     job_dir = tmp_path / "job"
     log = tmp_path / "output.txt"
-    with log.open("w") as output:
-        job = subprocess.Popen(
-            # compile=false: compile=auto would compile a 1M-step budget on a machine that
-            # never did, and the stop would wait for it
-            [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}", *QUICK,
-             "steps=1000000", "compile=false", f"hydra.run.dir={job_dir}"],
-            cwd=tmp_path, stdout=output, stderr=output)
-        try:
-            deadline = time.monotonic() + 120
-            while "step 200/" not in log.read_text() and time.monotonic() < deadline:
-                time.sleep(0.2)
-            job.send_signal(signum)
-            assert job.wait(timeout=60) == code, log.read_text()[-3000:]
-        finally:
-            job.kill()
+    # compile=false: compile=auto would compile a 1M-step budget on a machine that never did,
+    # and the stop would wait for it
+    job = hetrl_started(tmp_path, *QUICK, "steps=1000000", "compile=false",
+                        f"hydra.run.dir={job_dir}", log=log)
+    try:
+        deadline = time.monotonic() + 120
+        while "step 200/" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        job.send_signal(signum)
+        assert job.wait(timeout=60) == code, log.read_text()[-3000:]
+    finally:
+        job.kill()
+        job.wait()
     text = log.read_text()
     assert "Traceback" not in text, text[-3000:]
     assert text.splitlines()[-1].endswith(f"go on with: python -m hetrl resume={job_dir}"), text

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
-from helpers import compose_job, metric_history, mlflow_runs, run_job, tracking_uri
+from helpers import compose_job, hetrl_started, metric_history, mlflow_runs, run_job, tracking_uri
 from mlflow.tracking import MlflowClient
 
 from hetrl import checkpoint, experiment
@@ -59,17 +57,18 @@ def _resume(job_dir, *overrides: str) -> dict:
 def test_a_stopped_and_resumed_job_ends_with_the_uninterrupted_curve(tmp_path, uninterrupted):
     reference, expected = uninterrupted
     job_dir = tmp_path / "stopped"
-    cli = [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}"]
-    proc = subprocess.Popen([*cli, *EVALUATED, "checkpoint_every=250",
-                             f"hydra.run.dir={job_dir}"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    deadline = time.monotonic() + 120
-    while not (job_dir / "checkpoint.pt").exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
-    output, _ = proc.communicate(timeout=120)
-    assert proc.returncode != 0, output[-2000:]
+    log = tmp_path / "out.log"
+    proc = hetrl_started(tmp_path, *EVALUATED, "checkpoint_every=250",
+                         f"hydra.run.dir={job_dir}", log=log)
+    try:
+        deadline = time.monotonic() + 120
+        while not (job_dir / "checkpoint.pt").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) != 0, log.read_text()[-2000:]
+    finally:
+        proc.kill()
+        proc.wait()
     (killed,) = mlflow_runs(tmp_path)
     assert killed.info.status == "KILLED"
     stopped_at = _returns(tmp_path, killed.info.run_id)[-1][0]
@@ -91,14 +90,14 @@ def test_a_job_killed_after_a_checkpoint_resumes_bit_for_bit_logging_each_step_o
     the resumed job takes them again (the same values) and logs each step once."""
     _, expected = uninterrupted
     job_dir = tmp_path / "killed"
-    cli = [sys.executable, "-m", "hetrl", f"tracking.uri={tracking_uri(tmp_path)}"]
-    proc = subprocess.Popen([*cli, *EVALUATED, "checkpoint_every=500", f"hydra.run.dir={job_dir}"],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = hetrl_started(tmp_path, *EVALUATED, "checkpoint_every=500",
+                         f"hydra.run.dir={job_dir}", log=tmp_path / "out.log")
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
-            runs = mlflow_runs(tmp_path)
-            if runs and (job_dir / "checkpoint.pt").exists():
+            # the store once the job has made it (a client here would race it to the tables)
+            runs = (job_dir / "checkpoint.pt").exists() and mlflow_runs(tmp_path)
+            if runs:
                 logged = metric_history(tmp_path, runs[0].info.run_id, "sps")
                 if logged and logged[-1][0] > 500:
                     break

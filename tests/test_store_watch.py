@@ -6,12 +6,11 @@ a resumed run that finishes drops the error.txt of the failure it resumed from."
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
+import time
 from pathlib import Path
 
 import pytest
-from helpers import (compose_job, mlflow_runs, run_job, tracking_server,
+from helpers import (compose_job, hetrl_started, mlflow_runs, run_job, tracking_server,
                      tracking_server_up, tracking_uri)
 from mlflow.tracking import MlflowClient
 
@@ -59,20 +58,22 @@ def test_a_store_that_vanishes_stops_the_job_at_its_next_log_with_a_checkpoint(
 def test_a_tracking_server_that_goes_away_stops_the_job_with_a_checkpoint(tmp_path: Path):
     """The server is stopped while the job trains: the job stops at its next log, exits 1
     naming the server and what to do, and never says "finished"."""
+    log = tmp_path / "out.log"
     with tracking_server_up("sqlite") as (uri, folder):
-        job = subprocess.Popen(
-            [sys.executable, "-m", "hetrl", *QUICK, "steps=100000", "compile=false",
-             f"tracking.uri={uri}", "hydra.run.dir=job"],
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        seen = []
-        for line in job.stdout:  # the job logs step 200: it trains, tracking to the server
-            seen.append(line)
-            if "step 200/" in line:
-                break
-        down = tracking_server("down", "--dir", str(folder), timeout=120)
-        assert down.returncode == 0, down.stdout + down.stderr
-        rest, _ = job.communicate(timeout=120)
-    output = "".join(seen) + rest
+        job = hetrl_started(tmp_path, *QUICK, "steps=100000", "compile=false",
+                            "hydra.run.dir=job", uri=uri, log=log)
+        try:
+            deadline = time.monotonic() + 120
+            while "step 200/" not in log.read_text() and job.poll() is None \
+                    and time.monotonic() < deadline:
+                time.sleep(0.1)  # the job logs step 200: it trains, tracking to the server
+            down = tracking_server("down", "--dir", str(folder), timeout=120)
+            assert down.returncode == 0, down.stdout + down.stderr
+            job.wait(timeout=120)
+        finally:
+            job.kill()
+            job.wait()
+    output = log.read_text()
     assert job.returncode == 1, output[-3000:]
     (error,) = [line for line in output.splitlines() if line.startswith("error: ")]
     assert f"tracking.uri={uri}: the tracking server stopped answering" in error

@@ -9,8 +9,6 @@ from __future__ import annotations
 import csv
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,7 +16,8 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from helpers import mlflow_runs, run_job, tracking_uri
+from forks import Forked
+from helpers import hetrl_started, mlflow_runs, run_job, tracking_uri
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
@@ -33,18 +32,13 @@ LONG = ("algo=dqn", "steps=1000000", "algo.learning_starts=100", "algo.hidden=[1
         "platform.measure_layers=false")
 
 
-def _start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path]:
+def _start(tmp_path: Path, *args: str) -> tuple[Forked, Path]:
     """`python -m hetrl -m <args>` in a session of its own (a Ctrl-C reaches its group only)."""
     log = tmp_path / "out.log"
-    with open(log, "w") as out:
-        sweep = subprocess.Popen(
-            [sys.executable, "-m", "hetrl", "-m", f"tracking.uri={tracking_uri(tmp_path)}",
-             *args], cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "HYDRA_FULL_ERROR": "0"}, start_new_session=True)
-    return sweep, log
+    return hetrl_started(tmp_path, "-m", *args, log=log), log
 
 
-def _wait_running(sweep: subprocess.Popen, log: Path, n: int, timeout: float = 120) -> None:
+def _wait_running(sweep: Forked, log: Path, n: int, timeout: float = 120) -> None:
     """Until `n` jobs' runs are RUNNING (the store exists once the sweep dir is announced)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and sweep.poll() is None:
@@ -60,7 +54,7 @@ def _wait_running(sweep: subprocess.Popen, log: Path, n: int, timeout: float = 1
     raise AssertionError(f"{n} jobs never ran together:\n{log.read_text()[-3000:]}")
 
 
-def _stop(sweep: subprocess.Popen, log: Path, signum: int, group: bool) -> list:
+def _stop(sweep: Forked, log: Path, signum: int, group: bool) -> list:
     """Send `signum` (to the whole group: a Ctrl-C); the processes the sweep had then."""
     processes = psutil.Process(sweep.pid).children(recursive=True)
     (os.killpg if group else os.kill)(sweep.pid, signum)
