@@ -12,7 +12,8 @@ stopped job's `resume=` goes on to FINISHED. Any other outcome fails the benchma
     python benchmarks/signal_trials.py --smoke                 # the CI-sized sample (2 trials)
 
 The table (launcher x moment x pattern: trials, outcomes) is printed and appended to
-benchmarks/results/signal_trials.jsonl with the commit, date and host (not a --smoke run's).
+benchmarks/results/signal_trials.jsonl with the commit, date and host (not a --smoke run's),
+also after a Ctrl-C, of the trials done by then.
 """
 
 from __future__ import annotations
@@ -285,14 +286,18 @@ def main() -> int:
     print(f"{len(trials)} signal trials; {load_average()}")
     deadline = None if args.minutes is None else time.monotonic() + 60 * args.minutes
     results: dict[tuple, Counter] = defaultdict(Counter)
-    for k, trial in enumerate(trials):
-        if deadline is not None and time.monotonic() > deadline:
-            break
-        resume = rng.random() < args.resume or (args.smoke and k == 0)
-        outcome = run_trial(trial, rng, resume)
-        results[trial.key][outcome] += 1
-        print(f"{k + 1}. {trial.launcher} {trial.kind} {trial.moment} {trial.pattern}: {outcome}",
-              flush=True)
+    try:
+        for k, trial in enumerate(trials):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            resume = rng.random() < args.resume or (args.smoke and k == 0)
+            outcome = run_trial(trial, rng, resume)
+            results[trial.key][outcome] += 1
+            print(f"{k + 1}. {trial.launcher} {trial.kind} {trial.moment} {trial.pattern}: "
+                  f"{outcome}", flush=True)
+    except KeyboardInterrupt:  # the trial in flight is dropped (its sweep killed)
+        done = sum(sum(outcomes.values()) for outcomes in results.values())
+        print(f"Ctrl-C: the {done} trials done are reported and written", flush=True)
     report(results)
     write_results()
     bad = sum(n for outcomes in results.values() for name, n in outcomes.items()
