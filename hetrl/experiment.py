@@ -30,8 +30,8 @@ from hetrl.seeding import rng_states, set_rng_states
 from hetrl.stopping import SIGNALS, adopt
 from hetrl.tracking.base import REFERENCE_TAG, Tracker
 from hetrl.tracking.artifacts import log_learning_curve, log_plan
-from hetrl.tracking.reward_error import (fp32_actors_key, numerics_key, reference_metrics,
-                                         twin_to_train)
+from hetrl.tracking.reward_error import (fp32_actors_key, learned, numerics_key,
+                                         reference_metrics, twin_to_train)
 from hetrl.validation import validate
 
 log = logging.getLogger("hetrl")
@@ -252,6 +252,7 @@ def _train(
         log_artifact=tracker.log_artifact,
         evaluate=evaluate, eval_every=cfg.eval.every, stop_return=cfg.stop_return,
     )
+    results = None
     try:
         results = c.scheduler.run(training, state)
         if evaluate is not None and state.eval_best is not None:
@@ -259,8 +260,8 @@ def _train(
             best = evaluate.best(step, weights)
             tracker.log_metrics(best, step=state.step)
             results.update(best)
-    finally:
-        progress.close()
+    finally:  # a run that never learned trains no twin: its bar ends the span
+        progress.close(last=results is not None and not learned(results))
         c.envs.close()
         if evaluate is not None:
             evaluate.close()

@@ -144,10 +144,14 @@ class TrainingProgress:
         log.info("%s step %d/%d return_mean_100 %s sps %s", self.title, step, self.total,
                  ret_text, sps, extra={"progress": self.bar is not None})
 
-    def close(self) -> None:
-        """Stop the bar; the span counts this run's steps as done."""
+    def close(self, last: bool = False) -> None:
+        """Stop the bar; the span counts this run's steps as done. `last`: no run follows in the
+        span after all (a planned twin is skipped): its total ends here, the bar shows it whole."""
         self.span.done += self.total
+        if last:
+            self.span.total = self.span.done
         if self.bar is not None:
+            self.bar.update(self.bar.task_id, total=self.span.total)  # its last redraw's
             self.bar.stop()
             self.bar = None
         for handler, stream in self._handlers:

@@ -8,7 +8,7 @@ import io
 import logging
 import time
 
-from helpers import run_job
+from helpers import mlflow_runs, run_job
 from rich.console import Console
 
 from hetrl import experiment
@@ -115,3 +115,22 @@ def test_a_job_that_trains_its_reference_run_shows_one_bar_over_both(tmp_path, m
     text = out.getvalue()
     # the job's bar ends at 200 of the 400 steps of both runs; the fp32 twin's takes it to 400
     assert "200/400" in text and "400/400" in text and "/200" not in text
+
+
+def test_a_job_that_never_learned_ends_its_bar_whole_without_its_twin(tmp_path, monkeypatch):
+    """The job planned its fp32 twin (the bar's total covers both), then made no update (its
+    first update would come at step 256): no twin is trained, and its bar ends at its own
+    total rather than at half of both."""
+    console, out = fake_terminal()
+
+    class OnTerminal(TrainingProgress):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs, console=console)
+
+    monkeypatch.setattr(experiment, "TrainingProgress", OnTerminal)
+    results = run_job(tmp_path, "algo=dqn", "steps=200", "algo.learning_starts=100",
+                      "algo.train_freq=256", "algo.hidden=[8]", "log_every=100",
+                      "precision=bf16", "eval.final=0", "platform.measure_layers=false")
+    assert results["updates"] == 0 and len(mlflow_runs(tmp_path)) == 1  # no twin trained
+    text = out.getvalue()
+    assert "0/400" in text and "200/200" in text and "200/400" not in text

@@ -110,7 +110,7 @@ def reference_metrics(cfg: DictConfig, choices: Mapping[str, str], results: Mapp
         train_twin = None
     reference = reference_job(cfg, choices)
     key = final_return_key(results)
-    if reference is not None and key in results and results.get("updates", 1) > 0:
+    if reference is not None and learned(results):
         twin_cfg, twin_choices = reference
         twin = twin_metrics(tracker, reference_tags(twin_cfg, twin_choices), twin_cfg,
                             twin_choices, out_dir / "reference", train_twin, key)
@@ -149,6 +149,12 @@ def _time_to_95pct(cfg: DictConfig, choices: Mapping[str, str],
     if seconds is not None:
         metrics["time_to_95pct_s"] = seconds
     return metrics
+
+
+def learned(results: Mapping[str, Any]) -> bool:
+    """Whether a finished run has what a reward error stands on: a final return and an update
+    (a run that never learned is compared with no reference, and trains none)."""
+    return final_return_key(results) in results and results.get("updates", 1) > 0
 
 
 def final_return_key(results: Mapping[str, Any]) -> str:
