@@ -32,22 +32,26 @@ PRELOAD = ("torch", "torch._dynamo", "numpy", "gymnasium", "omegaconf", "hydra",
 """Imported before the first fork (stable_baselines3 where installed: the `bench` extra)."""
 
 
-def preload() -> None:
+def preload() -> dict[str, str]:
     """Import PRELOAD; a fork must find this process with one thread (a child of a process
-    with others inherits their locks, held, and not the threads)."""
+    with others inherits their locks, held, and not the threads). Returns the environment
+    variables the imports set (hetrl.tracking.model's MLflow settings), which a child keeps
+    under its own environment, as a fresh process would set them again."""
+    before = dict(os.environ)
     for name in PRELOAD:
         if importlib.util.find_spec(name.partition(".")[0]) is not None:
             importlib.import_module(name)
     assert threading.active_count() == 1, threading.enumerate()
+    return {key: value for key, value in os.environ.items() if before.get(key) != value}
 
 
-def run(request: dict) -> int | None:
+def run(request: dict, imported_env: dict[str, str]) -> int | None:
     """The exit code of a child that runs `request`, or None where it ran past its timeout
     (killed then)."""
     sys.stdout.flush()
     pid = os.fork()
     if pid == 0:
-        _child(request)
+        _child(request, imported_env)
     print(json.dumps({"pid": pid}), flush=True)
     deadline = time.monotonic() + request["timeout"]
     while not (done := os.waitpid(pid, os.WNOHANG))[0]:
@@ -59,15 +63,15 @@ def run(request: dict) -> int | None:
     return os.waitstatus_to_exitcode(done[1])
 
 
-def _child(request: dict) -> NoReturn:
-    """Become `python <argv>` run in `cwd` with `env`, in a session of its own: a script runs
-    as `__main__` with its folder first on sys.path, a module (`-m`) with `cwd` first, the
-    entries of the env's PYTHONPATH next; its SystemExit or exception ends this process as it
-    would end that one."""
+def _child(request: dict, imported_env: dict[str, str]) -> NoReturn:
+    """Become `python <argv>` run in `cwd` with `env` (and what the imports set where it sets
+    nothing), in a session of its own: a script runs as `__main__` with its folder first on
+    sys.path, a module (`-m`) with `cwd` first, the entries of the env's PYTHONPATH next; its
+    SystemExit or exception ends this process as it would end that one."""
     os.setsid()
     os.chdir(request["cwd"])
     os.environ.clear()
-    os.environ.update(request["env"])
+    os.environ.update({**imported_env, **request["env"]})
     out = os.open(request["out"], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     err = out if request["err"] is None else os.open(request["err"],
                                                      os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -89,9 +93,9 @@ def _child(request: dict) -> NoReturn:
 
 
 def main() -> None:
-    preload()
+    imported_env = preload()
     for line in sys.stdin:
-        print(json.dumps({"code": run(json.loads(line))}), flush=True)
+        print(json.dumps({"code": run(json.loads(line), imported_env)}), flush=True)
 
 
 if __name__ == "__main__":
