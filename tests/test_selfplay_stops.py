@@ -17,7 +17,10 @@ import pytest
 from helpers import run_job
 
 from hetrl import checkpoint, experiment
-from hetrl.actors.selfplay import SelfPlayPool
+from hetrl.actors.selfplay import SelfPlayPool, WorkerPool
+from hetrl.algos.alphazero import make_learner
+from hetrl.algos.mcts import SearchStats
+from hetrl.envs.go import GoGame
 from hetrl.actors.worker_logs import log, log_to
 from hetrl.faults import Stopped, StopRequest, WorkerLost
 from hetrl.scheduler import selfplay
@@ -137,3 +140,25 @@ def test_worker_processes_start_inside_a_joblib_worker():
         bare, guarded = parallel(delayed(start_a_spawned_child)(g) for g in (False, True))
     assert bare == (1, "loky")  # what the pools met before `starting`
     assert guarded == (0, "loky")
+
+
+def test_a_ctrl_c_to_the_workers_while_they_start_leaves_them_to_the_job(capfd):
+    """A Ctrl-C reaches the whole process group, the workers too, even while they import:
+    they ignore it (the job, which gets it as well, stops them), print no traceback, and
+    play their games. (signal_trials: a basic self-play sweep's workers, Ctrl-C'd, printed
+    KeyboardInterrupt tracebacks.)"""
+    game = GoGame(5)
+    learner = make_learner((game.planes, 5, 5), game.num_actions, width=8, blocks=1,
+                           batch_size=8, lr_values=[0.01], lr_boundaries=[], momentum=0.9,
+                           l2=1e-4, value_weight=0.5, search={"readouts": 8, "fast_readouts": 4})
+    workers = WorkerPool(2, game, learner, seed=3)
+    try:
+        for _ in range(3):  # as they start, then once they import and serve
+            for process in workers.procs:
+                os.kill(process.pid, signal.SIGINT)
+            time.sleep(1.0)
+        assert len(workers.play(4, 4, 10**6, 1, SearchStats())) == 4
+        assert all(process.is_alive() for process in workers.procs)
+    finally:
+        workers.close()
+    assert "Traceback" not in capfd.readouterr().err  # the workers' stderr is this process's

@@ -10,7 +10,6 @@ the learner stops them itself; SIGTERM ends an actor at once.
 from __future__ import annotations
 
 import multiprocessing as mp
-import signal
 import threading
 import traceback
 from multiprocessing.connection import Connection, wait
@@ -23,7 +22,7 @@ import torch
 
 from hetrl.actors.pool import WAIT_SLICE_S, ActorError, ActorLost, ActorPool
 from hetrl.actors.worker_logs import log, log_to, look_in, said, worker_log
-from hetrl.actors.workers import process_state, starting
+from hetrl.actors.workers import leave_stops_to_the_job, process_state, starting
 from hetrl.actors.worker import ActorWorker, Chunk, cpu_copy
 from hetrl.algos.base import Learner
 from hetrl.faults import exit_words
@@ -37,8 +36,7 @@ def _serve(conn: Connection, rank: int, n_actors: int, learner: Learner,
            ring=None, log_file: Path | None = None) -> None:
     """An actor process: collect chunks on command until told to stop; with a `ring` (PEARL's
     shared-memory data collection queue) a chunk's arrays go there, not through the pipe."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked actor had the job's stop handler
+    leave_stops_to_the_job()
     log_to(log_file)
     worker = None
     try:

@@ -18,7 +18,8 @@ import torch
 from hetrl.actors.base import Actors
 from hetrl.actors.ray import RayActors, init_ray, ray_node
 from hetrl.actors.worker_logs import log, log_to, worker_log
-from hetrl.actors.workers import POLL_S, check_alive, hung, named, starting, stop_workers
+from hetrl.actors.workers import (POLL_S, check_alive, hung, leave_stops_to_the_job, named,
+                                  starting, stop_workers)
 from hetrl.algos.alphazero import AlphaZero, PolicyValueNet
 from hetrl.algos.go_games import GameRecord, evaluator, iter_games
 from hetrl.algos.mcts import SearchConfig, SearchStats
@@ -245,6 +246,7 @@ def _worker(rank: int, spec: dict, search: dict, seed: int, tasks: Any, results:
     """A process worker: a SelfPlayWorker serving its task queue."""
     import traceback
 
+    leave_stops_to_the_job()
     log_to(log_file)
     try:
         worker = SelfPlayWorker(rank, spec, search, seed)

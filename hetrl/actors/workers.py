@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue
+import signal
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,16 +22,32 @@ def starting(method: str) -> Iterator[None]:
     """Processes of the context `method` start within the block. A spawned (or forkserver)
     child first sets its parent's process-wide start method as its own, and one that a
     library set there is unknown to the child: in a joblib worker it is loky's ('cannot find
-    context for 'loky'', the child exits 1). For the block, that method is `method`."""
+    context for 'loky'', the child exits 1). For the block, that method is `method`.
+
+    SIGINT is blocked meanwhile: the children start with it blocked until they ignore it
+    (`leave_stops_to_the_job`), so a Ctrl-C to the group during their imports cannot kill one
+    with a traceback; this process gets it when the block ends."""
     previous = mp.get_start_method(allow_none=True)
-    if method == "fork" or previous is None or previous in mp.get_all_start_methods():
-        yield
-        return
-    mp.set_start_method(method, force=True)
+    switch = (method != "fork" and previous is not None
+              and previous not in mp.get_all_start_methods())
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    if switch:
+        mp.set_start_method(method, force=True)
     try:
         yield
     finally:
-        mp.set_start_method(previous, force=True)
+        if switch:
+            mp.set_start_method(previous, force=True)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def leave_stops_to_the_job() -> None:
+    """A worker process's first step: it ignores Ctrl-C, which reaches the whole process group,
+    as the job that started it stops it; SIGTERM ends it at once (a forked worker would
+    otherwise run the job's stop handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by `starting`
 
 
 def stop_workers(inboxes: Sequence[Any], processes: Sequence[Any], timeout: float = 10.0) -> None:

@@ -35,7 +35,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from hetrl.actors.worker_logs import log, log_to, worker_log
-from hetrl.actors.workers import next_answer, starting, stop_workers
+from hetrl.actors.workers import leave_stops_to_the_job, next_answer, starting, stop_workers
 from hetrl.algos.alphazero import AlphaZero, make_learner
 from hetrl.precision.uniform import UniformPrecision
 from hetrl.replay.loader import WindowLoader
@@ -189,6 +189,7 @@ def _rank_main(rank: int, world: int, rendezvous: str, kwargs: dict, optimizer: 
                window_size: int, inbox: Any, outbox: Any, log_file: Path | None = None) -> None:
     import traceback
 
+    leave_stops_to_the_job()
     log_to(log_file)
     configure_torch(1)
     # the rank's own symmetry draws (a fresh process's torch generator is seeded at random)
