@@ -19,6 +19,7 @@ import importlib.util
 import json
 import os
 import runpy
+import select
 import signal
 import sys
 import threading
@@ -55,7 +56,7 @@ def run(request: dict, imported_env: dict[str, str]) -> int | None:
     print(json.dumps({"pid": pid}), flush=True)
     deadline = time.monotonic() + request["timeout"]
     while not (done := os.waitpid(pid, os.WNOHANG))[0]:
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline or orphaned():
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return None
@@ -92,10 +93,23 @@ def _child(request: dict, imported_env: dict[str, str]) -> NoReturn:
     sys.exit(0)
 
 
+PARENT = os.getppid()
+
+
+def orphaned() -> bool:
+    """Whether the test process that started this server is gone (its end may not close the
+    server's stdin: a process it forked can hold the pipe on)."""
+    return os.getppid() != PARENT
+
+
 def main() -> None:
     imported_env = preload()
-    for line in sys.stdin:
-        print(json.dumps({"code": run(json.loads(line), imported_env)}), flush=True)
+    while not orphaned():
+        # one request at a time (the next comes after this one's exit code): none is buffered
+        if select.select([sys.stdin], [], [], 1.0)[0]:
+            if not (line := sys.stdin.readline()):
+                return
+            print(json.dumps({"code": run(json.loads(line), imported_env)}), flush=True)
 
 
 if __name__ == "__main__":
