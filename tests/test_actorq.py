@@ -15,8 +15,8 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from helpers import (NOT_MEASURED, build_job, compose_job, hetrl_started, metric_history, mlflow_runs,
-                     run_job)
+from helpers import (NOT_MEASURED, build_job, compose_job, group_alive, hetrl_started,
+                     metric_history, mlflow_runs, run_job)
 
 from hetrl import experiment
 from hetrl.actors.pool import ActorError
@@ -93,17 +93,9 @@ def test_q_and_q_c_deliver_the_weights_the_actor_acts_with(precision):
 
 
 def _session_processes(sid: int) -> list[int]:
-    """Pids of the live processes of session `sid` (a job started in a session of its own:
-    itself and every process it started)."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":
-            pids.append(int(stat.parent.name))
-    return pids
+    """Pids of the live processes of the job that leads session (and group) `sid`: itself and
+    every process it started."""
+    return [int(line.split()[0]) for line in group_alive(sid)]
 
 
 def _all_exit(sid: int, grace_s: float = 15.0) -> bool:
