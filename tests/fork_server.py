@@ -7,8 +7,8 @@ workers, actors, servers) start as they always do.
 
 A JSON line on stdin per run: {"argv", "cwd", "env", "out", "err", "timeout"} (argv as after
 `python`: `-m module ...` or `script.py ...`; the child's stdout is appended to the file `out`,
-its stderr to `err`, or with it where `err` is null). Two JSON lines on stdout: {"pid"} as it starts
-(to signal it: it leads a session of its own, as `start_new_session=True` starts one), and
+its stderr to `err`, or with it where `err` is null). Two JSON lines on stdout: {"pid"} as it
+starts (to signal it: it leads a session of its own, as `start_new_session=True` starts one), and
 {"code": its exit code (negative: the signal that ended it), or null where it ran past
 `timeout` seconds and was killed} once it ended."""
 
@@ -36,7 +36,7 @@ PRELOAD = ("torch", "torch._dynamo", "numpy", "gymnasium", "omegaconf", "hydra",
 def preload() -> dict[str, str]:
     """Import PRELOAD; a fork must find this process with one thread (a child of a process
     with others inherits their locks, held, and not the threads). Returns the environment
-    variables the imports set (hetrl.tracking.model's MLflow settings), which a child keeps
+    variables the imports set (hetrl's TORCHINDUCTOR_CACHE_DIR, MLflow's), which a child keeps
     under its own environment, as a fresh process would set them again."""
     before = dict(os.environ)
     for name in PRELOAD:
