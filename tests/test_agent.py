@@ -162,7 +162,8 @@ def _ask(port: int, body: dict, server: subprocess.Popen, log: Path, wait_s: flo
                 return json.loads(response.read())
         except OSError:
             assert server.poll() is None, f"mlflow models serve exited:\n{log.read_text()}"
-            assert time.monotonic() < deadline, f"mlflow models serve did not answer:\n{log.read_text()}"
+            assert time.monotonic() < deadline, \
+                f"mlflow models serve did not answer:\n{log.read_text()}"
             time.sleep(0.5)
 
 
