@@ -14,7 +14,8 @@ from __future__ import annotations
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from multiprocessing import resource_tracker
+from typing import Iterable, Iterator
 
 from hetrl.faults import StopRequest
 
@@ -37,6 +38,17 @@ def deferred_stops() -> Iterator[None]:
             signal.signal(signum, handler)
         for signum in came:
             redeliver(signum, previous[signum])
+
+
+def block(signals: Iterable[int]) -> set[signal.Signals]:
+    """Block `signals` in this thread; the mask before. multiprocessing's resource
+    tracker unblocks SIGINT and SIGTERM in the thread that starts it, whatever was blocked
+    (CPython gh-110844): a joblib sweep's first pool started it after the sweep blocked them,
+    so loky's workers started unblocked and died of the stop the sweep sent them, and the
+    sweep ended with loky's TerminatedWorkerError. It is started first, so that nothing the
+    block spans starts it."""
+    resource_tracker.ensure_running()
+    return signal.pthread_sigmask(signal.SIG_BLOCK, signals)
 
 
 def redeliver(signum: int, handler: object) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import csv
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -193,6 +195,37 @@ def test_a_stop_reaches_every_job_of_a_submitit_local_sweep(tmp_path, signum, gr
     processes = _stop(sweep, log, signum, group)
     _check_stopped(tmp_path, log, 128 + signum, sweep.returncode, _outlived(processes),
                    {"0", "1"})
+
+
+WORKERS_MASK = """
+import signal, sys
+from joblib import Parallel, delayed
+from omegaconf import OmegaConf
+from hetrl.sweep.stops import SweepStops
+
+def blocked():
+    return sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+stops = SweepStops()
+stops.on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": sys.argv[1]}, "launcher": {
+    "_target_": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"}}}))
+try:
+    print(Parallel(n_jobs=2)(delayed(blocked)() for _ in range(2)))
+finally:
+    stops.release()
+"""
+
+
+def test_a_joblib_sweeps_workers_start_with_its_stops_blocked(tmp_path):
+    """loky's workers inherit the blocked mask: the resource tracker that the first pool of a
+    process starts once unblocked it (a stop as they started killed them, and the sweep ended
+    with loky's TerminatedWorkerError). A fresh process: one whose tracker runs proves
+    nothing."""
+    out = subprocess.run([sys.executable, "-c", WORKERS_MASK, str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    both = [int(signal.SIGINT), int(signal.SIGTERM)]
+    assert out.stdout.split("\n")[-2] == str([both, both]), out.stdout + out.stderr[-2000:]
 
 
 def test_a_stop_sent_to_a_worker_between_two_jobs_stops_the_next_before_its_run(tmp_path):

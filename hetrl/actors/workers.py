@@ -13,6 +13,7 @@ from typing import Any, Iterator, Sequence
 
 from hetrl.actors.worker_logs import look_in, said
 from hetrl.faults import WorkerLost, exit_words
+from hetrl.stopping import block
 
 POLL_S = 0.5  # a wait on workers looks at the stop request, their health and its timeout this often
 
@@ -30,7 +31,7 @@ def starting(method: str) -> Iterator[None]:
     previous = mp.get_start_method(allow_none=True)
     switch = (method != "fork" and previous is not None
               and previous not in mp.get_all_start_methods())
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    mask = block({signal.SIGINT})
     if switch:
         mp.set_start_method(method, force=True)
     try:

@@ -50,7 +50,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from hetrl.faults import Stopped
-from hetrl.stopping import SIGNALS, adopt
+from hetrl.stopping import SIGNALS, adopt, block
 
 log = logging.getLogger("hetrl")
 _noted: int | None = None  # a stop this worker took between jobs without blocking it
@@ -235,7 +235,7 @@ class SweepStops(Callback):
         SweepStops.listening = self
         if not self.remote:
             return
-        self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        self._mask = block(SIGNALS)
         self._listener = threading.Thread(target=self._listen, name="hetrl-sweep-stops",
                                           daemon=True)
         self._listener.start()
