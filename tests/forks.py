@@ -15,14 +15,22 @@ import tempfile
 from pathlib import Path
 
 
+BEGUN_WITH = dict(os.environ)
+"""The environment the test process began with (this module is imported as tests are
+collected)."""
+
+
 class _Server:
     """tests/fork_server.py and the lines it answers, read as they come (unbuffered: a line
-    left in a buffer would hide from `select`)."""
+    left in a buffer would hide from `select`). It starts in BEGUN_WITH, not in the environment
+    of the test that happens to start it: one that had set PYTHONPATH (test_extending's
+    examples) left its modules importable and its Hydra plugins loaded in every later run, whose
+    submitit jobs then pickled the examples' schemas for tasks that cannot import them."""
 
     def __init__(self) -> None:
         self.process = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("fork_server.py"))],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=BEGUN_WITH)
         self.read = b""
         self.running: Forked | None = None
         atexit.register(self.process.kill)  # idle then: its runs were waited for
