@@ -223,6 +223,20 @@ def _work(conn: Connection) -> None:
             conn.send(error)
 
 
+WORKER_IMPORTS = ["__main__", "hetrl.experiment", "torch._dynamo"]
+"""What a worker imports before its first job trains (a job's first optimizer imports
+torch._dynamo): multiprocessing's fork server imports it once and forks each worker from it,
+where a spawned worker imported it all again (~7 CPU-s a worker on 2 cores)."""
+
+
+def worker_context() -> BaseContext:
+    """Workers forked from a fork server that imported WORKER_IMPORTS (a fork of this process,
+    whose threads may hold locks, would not be safe)."""
+    context = get_context("forkserver")
+    context.set_forkserver_preload(WORKER_IMPORTS)
+    return context
+
+
 class Worker:
     """A worker process (started at once), the parent's end of its pipe and the job it trains
     (None while idle)."""
@@ -251,7 +265,7 @@ def finished_jobs(jobs: list[Job], workers: int):
         for job in jobs:
             yield job, train(job)
         return
-    context = get_context("spawn")
+    context = worker_context()
     waiting = list(jobs)
     pool: list[Worker] = []
     stops: list[int] = []

@@ -232,8 +232,8 @@ def _opened_runs(store: Path) -> int:
 
 def _outliving(folder: Path, timeout: float) -> list[int]:
     """The processes working in `folder` still there `timeout` seconds on. Those of a
-    benchmark end with it, some a moment after it: spawn's resource tracker, its child, ends
-    as it sees its pipe from the benchmark close."""
+    benchmark end with it, some a moment after it: the fork server its workers come from and
+    the resource tracker end as they see their pipes from the benchmark close."""
     deadline = time.monotonic() + timeout
     while (left := _processes_in(folder)) and time.monotonic() < deadline:
         time.sleep(0.1)
