@@ -171,7 +171,7 @@ def test_the_workloads_of_a_reward_error_run_share_one_queue(
     order is the queue's, whatever a job's size: each trains 100 env steps, 8 updates from
     step 64, and evaluates once.)"""
     script = next(path for path in BENCHMARKS if path.name == "mixed_reward_error.py")
-    monkeypatch.syspath_prepend(str(script.parent))  # as the spawned workers import it
+    monkeypatch.syspath_prepend(str(script.parent))  # as the workers import it
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     bench = importlib.import_module(script.stem)
     job = ["algo=dqn", "env=cartpole", "steps=100", "algo.learning_starts=64",
