@@ -18,10 +18,10 @@ from helpers import run_job
 
 from hetrl import checkpoint, experiment
 from hetrl.actors.selfplay import SelfPlayPool, WorkerPool
+from hetrl.actors.worker_logs import log, log_to
 from hetrl.algos.alphazero import make_learner
 from hetrl.algos.mcts import SearchStats
 from hetrl.envs.go import GoGame
-from hetrl.actors.worker_logs import log, log_to
 from hetrl.faults import Stopped, StopRequest, WorkerLost
 from hetrl.scheduler import selfplay
 
