@@ -94,7 +94,7 @@ from omegaconf import DictConfig
 from hetrl.build import build
 from hetrl.faults import Stopped, exit_on_stop
 from hetrl.precision.mixed import layer_forward_dtypes
-from hetrl.stopping import SIGNALS
+from hetrl.stopping import SIGNALS, block
 from hetrl.tracking.seeds import REPS, bootstrap, change_of_means, error_of_means
 
 FINAL, KEPT = "eval/return_mean", "eval/best_return_mean"
@@ -215,7 +215,7 @@ def _work(conn: Connection) -> None:
     final metrics or the exception it raised (a stopped job's `Stopped` included), until it is
     sent None. Between jobs SIGINT and SIGTERM wait, blocked (a job unblocks them as it
     starts, hetrl.experiment): one that came meanwhile is dropped as the worker ends."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    block(SIGNALS)
     while (job := conn.recv()) is not None:
         try:
             conn.send(train(job))
