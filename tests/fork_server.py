@@ -14,6 +14,7 @@ starts (to signal it: it leads a session of its own, as `start_new_session=True`
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import json
@@ -43,6 +44,8 @@ def preload() -> dict[str, str]:
         if importlib.util.find_spec(name.partition(".")[0]) is not None:
             importlib.import_module(name)
     assert threading.active_count() == 1, threading.enumerate()
+    gc.collect()
+    gc.freeze()  # the children's GC never scans what the imports made (nor copies its pages)
     return {key: value for key, value in os.environ.items() if before.get(key) != value}
 
 

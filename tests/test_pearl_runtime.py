@@ -167,7 +167,8 @@ def test_t15_double_buffer_under_a_concurrent_writer():
 
 @pytest.mark.slow
 def test_dqn_cartpole_learns_under_pearl(tmp_path):
-    """The tuned DQN (conf/tuned/dqn_cartpole.yaml) under PEARL's protocol: actors and
+    """The tuned DQN (conf/tuned/dqn_cartpole.yaml) under PEARL's protocol, with its default
+    replay=prioritized (PER's learning test: fanout 16, α 0.6, β 0.4 → 1, ε 0.01): actors and
     learner run concurrently, so the curve depends on the host's timing; it starts unsolved
     and climbs past 150 (seeds 0 and 1 on an idle or loaded 2-core host: 245-285 at 50k),
     where the job ends."""

@@ -1,8 +1,8 @@
 """`replay=prioritized` (spec T10, issue 12 item 1): PER over the F-ary sum tree on the
 uniform ring's storage; new transitions at the running max priority, β annealed to 1,
 importance weights over their max; every single-agent off-policy learner weighs its TD loss
-by them and hands back TD errors; validation names the algos it does not fit; DQN learns
-CartPole with it."""
+by them and hands back TD errors; validation names the algos it does not fit. DQN learns
+CartPole with it in test_pearl_runtime.py, under scheduler=pearl, whose default replay it is."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import NOT_MEASURED, build_job, compose_job, metric_history, run_job
+from helpers import build_job, compose_job, run_job
 
 from hetrl.algos.base import Batch
 from hetrl.config.errors import ConfigError
@@ -142,14 +142,3 @@ def test_prioritized_with_an_algo_it_does_not_fit_is_named(overrides, named):
     with pytest.raises(ConfigError) as err:
         validate(cfg, choices)
     assert all(part in str(err.value) for part in named), str(err.value)
-
-
-@pytest.mark.slow
-def test_dqn_learns_cartpole_with_prioritized_replay(tmp_path):
-    """The tuned DQN of tests/test_learning.py, same 60k-step budget, with replay=prioritized
-    (PEARL's defaults: fanout 16, α 0.6, β 0.4 → 1, ε 0.01)."""
-    result = run_job(tmp_path, "algo=dqn", "env=cartpole", "replay=prioritized", "steps=60000",
-                     "stop_return=195", *NOT_MEASURED)
-    curve = metric_history(tmp_path, result["run_id"], "return_mean_100")
-    assert curve[0][1] < 100
-    assert result["return_mean_100"] >= 195

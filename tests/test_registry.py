@@ -57,26 +57,34 @@ def _composed(*overrides: str) -> tuple[DictConfig, dict[str, str]] | None:
         return None
 
 
+def _made_tiny(node: DictConfig, at: str = "") -> DictConfig:
+    """`node`, the job's config or its node at `at` (`replay.sampler`), with each key of TINY
+    under it that it has set to TINY's value, in place."""
+    prefix = f"{at}." if at else ""
+    for key, value in TINY.items():
+        if key.startswith(prefix):
+            key = key.removeprefix(prefix)
+            if OmegaConf.select(node, key, default="absent") != "absent":
+                OmegaConf.update(node, key, value)
+    return node
+
+
 def _accepted_job(job: tuple[DictConfig, dict[str, str]] | None
                   ) -> tuple[DictConfig, dict[str, str]] | None:
-    """The composed job made tiny, if validation accepts it (`job` is a fresh copy: it is made
-    tiny in place)."""
+    """The job, tiny already, if validation accepts it."""
     if job is None:
         return None
-    cfg, choices = job
-    for key, value in TINY.items():
-        if OmegaConf.select(cfg, key, default="absent") != "absent":
-            OmegaConf.update(cfg, key, value)
     try:
-        validate(cfg, choices)
+        validate(*job)
     except ConfigError:
         return None
-    return cfg, choices
+    return job
 
 
 def _accepted(*overrides: str) -> tuple[DictConfig, dict[str, str]] | None:
     """The job these overrides compose to, tiny, if composition and validation accept it."""
-    return _accepted_job(_composed(*overrides))
+    job = _composed(*overrides)
+    return job and _accepted_job((_made_tiny(job[0]), job[1]))
 
 
 def _nested(option: Choice) -> list[Choice] | None:
@@ -121,15 +129,20 @@ class Composer:
     in, which is what Hydra composes (test_a_job_with_swapped_options_is_the_job_hydra_composes)
     without Hydra's 0.15-0.4 s a job (most options are swappable, and most sets recur). An
     option of a nested group (replay/sampler) is swapped in where the job's own option of its
-    parent group has that group, and refused elsewhere, as Hydra refuses it."""
+    parent group has that group, and refused elsewhere, as Hydra refuses it. A `tiny` composer's
+    jobs are tiny: each config and node is made tiny once, as it is composed."""
 
-    def __init__(self) -> None:
+    def __init__(self, tiny: bool = False) -> None:
+        self.tiny = tiny
         self.composed: dict[frozenset[Choice], tuple | None] = {}
         self.nodes: dict[Choice, tuple[DictConfig, dict[str, str]]] = {}
 
     def _hydra(self, options: frozenset[Choice]) -> tuple[DictConfig, dict[str, str]] | None:
         if options not in self.composed:
-            self.composed[options] = _composed(*(f"{g}={o}" for g, o in sorted(options)))
+            job = _composed(*(f"{g}={o}" for g, o in sorted(options)))
+            if job is not None and self.tiny:
+                _made_tiny(job[0])
+            self.composed[options] = job
         return self.composed[options]
 
     def job(self, *options: Choice) -> tuple[DictConfig, dict[str, str]] | None:
@@ -144,7 +157,10 @@ class Composer:
             if parent and group not in choices:  # the parent's option has no such group
                 return None
             if (group, option) not in self.nodes:
-                self.nodes[group, option] = _swapped_in((group, option))
+                node, made = _swapped_in((group, option))
+                if self.tiny:
+                    _made_tiny(node, group.replace("/", "."))
+                self.nodes[group, option] = node, made
             node, made = self.nodes[group, option]
             at = OmegaConf.select(cfg, parent.replace("/", ".")) if parent else cfg
             with open_dict(at):
@@ -178,7 +194,7 @@ def _covering_jobs() -> list[Job]:
     uncovered pairs left, by the option that makes the most uncovered pairs with the chosen
     ones while the job still validates."""
     options = sorted((group, option) for group in PAIRED for option in group_options(group))
-    composer = Composer()
+    composer = Composer(tiny=True)
     alone = {a: _accepted_job(composer.job(a)) for a in options}
     pairs = [(a, b) for a, b in combinations(options, 2) if a[0] != b[0]]
     accepted = {pair for pair in pairs if _pair_accepted(*pair, composer, alone)}
