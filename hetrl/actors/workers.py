@@ -32,19 +32,21 @@ def starting(method: str) -> Iterator[None]:
 
     A forked child inherits this process's heap with the objects frozen (`gc.freeze`, as
     CPython's docs advise before a fork): its collections never walk them, which would copy
-    every page they lie on (the job's imports: hundreds of MB) into each child."""
+    every page they lie on (the job's imports: hundreds of MB) into each child. A heap that
+    something else froze (a pre-fork server, a test process) stays as it was, frozen."""
     previous = mp.get_start_method(allow_none=True)
     switch = (method != "fork" and previous is not None
               and previous not in mp.get_all_start_methods())
     mask = block({signal.SIGINT})
     if switch:
         mp.set_start_method(method, force=True)
-    if method == "fork":
+    freezes = method == "fork" and gc.get_freeze_count() == 0
+    if freezes:
         gc.freeze()
     try:
         yield
     finally:
-        if method == "fork":
+        if freezes:
             gc.unfreeze()
         if switch:
             mp.set_start_method(previous, force=True)
