@@ -12,6 +12,7 @@ and its final board as a PNG (`games/`), as self-play does.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,9 @@ def record_video(agent: Agent, path: Path, seed: int) -> tuple[Path, float]:
     """One greedy episode (from `reset(seed=seed)`) as an MP4; the file and the return."""
     import imageio.v2 as imageio
 
+    # pygame, which draws the frames off-screen, starts SDL's video too: with no display it
+    # prints "error: XDG_RUNTIME_DIR is invalid" on a headless machine; rgb_array needs no window
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     env = one_env(agent.config, render_mode="rgb_array")()
     try:
         obs, _ = env.reset(seed=seed)
