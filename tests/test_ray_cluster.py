@@ -4,9 +4,17 @@ three nodes, and the run learns as the one-node ActorQ test does."""
 
 from __future__ import annotations
 
+import logging
+import os
+import re
+import signal
+from pathlib import Path
+
 import pytest
-from helpers import metric_history, run_job
-from test_actorq import LEARNS
+from helpers import build_job, metric_history, run_job
+from test_actorq import LEARNS, POOL
+
+from hetrl.actors.pool import ActorLost
 
 ray = pytest.importorskip("ray")
 
@@ -50,3 +58,36 @@ def test_with_no_address_hetrl_starts_its_own_ray_beside_a_running_cluster(clust
         assert ray.cluster_resources()["CPU"] == 2  # ours, not the cluster's three CPUs
     finally:
         ray.shutdown()
+
+
+def test_a_ray_actor_that_hangs_or_dies_is_named_with_its_last_log_line(tmp_path: Path, cluster):
+    """As a process actor is: its Ray actor id, pid and node, how it ended (Ray's words),
+    the last line of its own log in the job's workers/ folder, the key of the timeout."""
+    from hetrl.actors.ray import RayActors
+
+    job_log = logging.FileHandler(tmp_path / "job.log")  # the job's log file, as Hydra's
+    logging.getLogger().addHandler(job_log)
+    c = build_job("algo=dqn", "algo.hidden=[16]", "env=cartpole")
+    config = {key: value for key, value in POOL.items() if key != "start_method"}
+    pool = RayActors(address=cluster.address, **{**config, "timeout_s": 2.0})
+    try:
+        pool.start(c.learner, c.make_envs, seed=0)
+        pool.submit(0, None, 5, 0)
+        assert len(pool.results()) == 1
+        pid = int(re.search(r"pid (\d+)", pool.actors[0])[1])
+        actor_log = tmp_path / "workers" / "actor-0.log"
+        said = (rf"actor 0 \(Ray actor [0-9a-f]{{12}}, pid {pid} on [\d.]+/[0-9a-f]{{12}}; its "
+                rf"last log line: '.*chunk of 5 steps at step 0' \({re.escape(str(actor_log))}\)\)")
+        os.kill(pid, signal.SIGSTOP)
+        pool.submit(0, None, 5, 5)
+        with pytest.raises(ActorLost, match=said + r" has not answered its chunk in 2 s "
+                                                   r"\(actors.timeout_s=2\)"):
+            pool.results()
+        os.kill(pid, signal.SIGKILL)
+        ray.wait(list(pool.pending), timeout=60)  # Ray has seen it die
+        with pytest.raises(ActorLost, match=said + " died, its worker process has died.*: the "
+                                                   "run stops, its last checkpoint is where"):
+            pool.results()
+    finally:
+        logging.getLogger().removeHandler(job_log)
+        pool.close()

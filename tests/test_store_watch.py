@@ -5,18 +5,23 @@ a resumed run that finishes drops the error.txt of the failure it resumed from."
 
 from __future__ import annotations
 
+import logging
 import shutil
+import socket
 import time
 from pathlib import Path
 
 import pytest
 from helpers import (compose_job, hetrl_started, mlflow_runs, run_job, tracking_server,
                      tracking_server_up, tracking_uri)
+from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
+import hetrl.tracking.mlflow  # noqa: F401 - what sets the client's retries, as a job has it
 from hetrl import checkpoint, experiment
 from hetrl.faults import StoreLost
 from hetrl.tracking.empty_store import empty_store
+from hetrl.tracking.store_watch import StoreWatch
 from hetrl.progress import TrainingProgress
 
 QUICK = ("algo=dqn", "env=cartpole", "steps=400", "algo.learning_starts=100", "log_every=100",
@@ -81,6 +86,28 @@ def test_a_tracking_server_that_goes_away_stops_the_job_with_a_checkpoint(tmp_pa
     assert "the job stopped at step" in error and "finished" not in output
     assert "Traceback" not in output
     assert (tmp_path / "job" / "checkpoint.pt").is_file()
+
+
+def test_a_write_to_a_server_gone_since_the_stores_look_is_named_in_seconds(caplog):
+    """The server went away between the store's look and a write (nothing listens at its
+    port): MLflow's client retries the refused write twice, in 2-4 s, not 7 times over ~4
+    minutes; then the store is named lost, with the run that stays RUNNING there and how to
+    go on or end it."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        uri = f"http://127.0.0.1:{free.getsockname()[1]}"
+    watch, run_id = StoreWatch(uri), "0" * 32
+    watch.run_id = run_id
+    with caplog.at_level(logging.WARNING, "urllib3.connectionpool"), \
+            pytest.raises(StoreLost) as lost, watch.writing():
+        MlflowClient(uri).log_batch(run_id, metrics=[Metric("m", 1.0, 0, 0)])
+    assert len([r for r in caplog.records if r.getMessage().startswith("Retrying")]) == 2
+    message = str(lost.value)
+    assert f"tracking.uri={uri}: the tracking server stopped answering (connection refused)" \
+        in message
+    assert f"its MLflow run {run_id} stays RUNNING there until resumed or ended" in message
+    assert "python -m hetrl.tracking.server up" in message and "resume=" in message
+    assert f"MlflowClient('{uri}').set_terminated('{run_id}', 'KILLED')" in message
 
 
 def test_a_resumed_run_that_finishes_drops_the_error_of_its_failure(tmp_path: Path, monkeypatch):

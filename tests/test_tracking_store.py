@@ -1,4 +1,5 @@
-"""Many writers on one sqlite store: parallel jobs starting together on a new store."""
+"""Many writers on one sqlite store: parallel jobs starting together on a new store, and a job
+creating a store another MLflow client is making."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 
+from forks import Forked
 from mlflow.tracking import MlflowClient
 
+from hetrl.tracking.empty_store import empty_store
 from hetrl.tracking.mlflow import client_for, store_uri
 
 WRITERS = """
@@ -80,3 +84,26 @@ def test_a_sqlite_store_uri_gets_a_busy_timeout_once(tmp_path):
     assert store_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
     client, experiment_id = client_for(f"sqlite:///{tmp_path / 'm.db'}", "hetrl")
     assert client_for(f"sqlite:///{tmp_path / 'm.db'}", "hetrl")[1] == experiment_id
+
+
+def test_a_job_waits_for_the_schema_an_outside_client_is_making_in_a_new_store(tmp_path):
+    """A plain MlflowClient on a new store makes the file and runs MLflow's migrations into it
+    (seconds); a job that opens the store meanwhile ran them too and failed (`duplicate column
+    name: step`): it waits for them, and both end well on a whole store."""
+    db = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    empty_store()  # the job's copy is made: what it races is the outside client's migrations
+    script = tmp_path / "outside.py"
+    script.write_text(f"from mlflow.tracking import MlflowClient\n"
+                      f"MlflowClient({uri!r}).search_experiments()\n")
+    log = tmp_path / "outside.log"
+    outside = Forked([str(script)], tmp_path, dict(os.environ), log)
+    try:
+        while not db.exists() and outside.poll() is None:
+            time.sleep(0.001)
+        client, experiment_id = client_for(uri, "hetrl")  # as the outside migrates
+        assert outside.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        outside.kill()
+    assert client.get_experiment(experiment_id).name == "hetrl"
+    assert [e.name for e in MlflowClient(uri).search_experiments()] == ["hetrl", "Default"]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import socket
 import threading
+from pathlib import Path
 from typing import Callable
 
 import gymnasium as gym
 
 from hetrl.actors.base import Acting, Actors
 from hetrl.actors.weights import QuantizeOn
+from hetrl.actors.worker_logs import look_in
 from hetrl.actors.worker import Chunk
 from hetrl.algos.base import Learner
 from hetrl.faults import WorkerLost
@@ -42,6 +44,7 @@ class ActorPool(Actors):
         self.n, self.pull_every = n, pull_every
         self.quantize_on = QuantizeOn(quantize_on)
         self.timeout_s = timeout_s
+        self.logs: list[Path | None] = []  # rank -> its log file (worker_logs), if any
 
     def start(self, learner: Learner, make_envs: Callable[[], gym.vector.VectorEnv],
               seed: int) -> None:
@@ -69,6 +72,14 @@ class ActorPool(Actors):
             f"actor {rank}{detail} has not answered its chunk in {waited_s:.0f} s "
             f"(actors.timeout_s={self.timeout_s:g}): it hangs or was stopped; the run stops "
             "(raise actors.timeout_s if its chunks take that long)")
+
+    def died_error(self, who: str, how: str, look: str | None = None) -> ActorLost:
+        """Actor `who` (its rank and where it ran) was found dead, `how` it ended (with its
+        last log line); `look`: where its last words are (by default, `look_in` its log)."""
+        return ActorLost(
+            f"actor {who} died, {how}: the run stops, its last checkpoint is where resume= "
+            f"goes on ({look_in(self.logs) if look is None else look}SIGKILL is often the "
+            "kernel's OOM killer: give fewer actors.n or more memory)")
 
     def close(self) -> None:
         raise NotImplementedError

@@ -21,7 +21,7 @@ import gymnasium as gym
 import torch
 
 from hetrl.actors.pool import WAIT_SLICE_S, ActorError, ActorLost, ActorPool
-from hetrl.actors.worker_logs import log, log_to, look_in, said, worker_log
+from hetrl.actors.worker_logs import log_to, said, worker_log
 from hetrl.actors.workers import leave_stops_to_the_job, process_state, starting
 from hetrl.actors.worker import ActorWorker, Chunk, cpu_copy
 from hetrl.algos.base import Learner
@@ -44,8 +44,6 @@ def _serve(conn: Connection, rank: int, n_actors: int, learner: Learner,
         handed_back = perf_counter()
         while (command := conn.recv())[0] == "collect":
             _, payload, steps, step = command
-            log.info("chunk of %d steps at step %d%s", steps, step,
-                     " with new weights" if payload is not None else "")
             chunk = worker.collect(payload, steps, step, pull_s=perf_counter() - handed_back)
             conn.send(("chunk", chunk if ring is None else ring.put(chunk)))
             handed_back = perf_counter()
@@ -78,7 +76,6 @@ class ProcessActors(ActorPool):
         self.submitted: dict[int, float] = {}  # rank -> when its unanswered chunk was asked
         self.hung: set[int] = set()  # ranks found hung: killed at once by close()
         self.rings: dict = {}  # rank -> its shared-memory ChunkRing (scheduler=pearl), if any
-        self.logs: list[Path | None] = []  # rank -> its log file (worker_logs), if any
 
     def start(self, learner: Learner, make_envs: Callable[[], gym.vector.VectorEnv],
               seed: int) -> None:
@@ -108,11 +105,8 @@ class ProcessActors(ActorPool):
     def _exited(self, rank: int) -> ActorError:
         process = self.processes[rank]
         process.join(timeout=1.0)  # its exit code, once reaped
-        return ActorLost(
-            f"actor {rank} (pid {process.pid}) died, {exit_words(process.exitcode)}"
-            f"{said(self.logs[rank])}: the run stops, its last checkpoint is where resume= goes "
-            f"on ({look_in(self.logs)}SIGKILL is often the kernel's OOM killer: give fewer "
-            "actors.n or more memory)")
+        return self.died_error(f"{rank} (pid {process.pid})",
+                               f"{exit_words(process.exitcode)}{said(self.logs[rank])}")
 
     def results(self, block: bool = True, stop: threading.Event | None = None) -> list[Chunk]:
         chunks: list[Chunk] = []

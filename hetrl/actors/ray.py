@@ -1,25 +1,35 @@
 """`actors=ray`: ActorQ's actors as Ray actors, on a local Ray (started here) or a cluster
 (`actors.address`). Messages go through Ray's object store, put once per version and pulled by
-each actor itself, so its `pull_s` is Ray's fetch of the object."""
+each actor itself, so its `pull_s` is Ray's fetch of the object.
+
+Each actor logs into the job's `workers/actor-<rank>.log` as a process actor does, where its
+node sees the job's folder (a local Ray, a cluster sharing the file system); one that dies
+or hangs is named with its Ray actor id, pid and node, how Ray says it ended, and its last
+log line, or where Ray keeps its log."""
 
 from __future__ import annotations
 
+import os
 import threading
+from pathlib import Path
 from time import perf_counter
 from typing import Any, Callable
 
 import gymnasium as gym
 
 from hetrl.actors.base import Acting
-from hetrl.actors.pool import WAIT_SLICE_S, ActorPool
+from hetrl.actors.pool import WAIT_SLICE_S, ActorLost, ActorPool
 from hetrl.actors.worker import ActorWorker, Chunk, cpu_copy
+from hetrl.actors.worker_logs import log_to, said, worker_log
 from hetrl.algos.base import Learner
 
 
 class _RayActor:
-    """The Ray actor around one ActorWorker: it fetches the message itself, timed."""
+    """The Ray actor around one ActorWorker: it fetches the message itself, timed, and logs
+    into `log_file` where this node sees the job's folder it is in."""
 
-    def __init__(self, *worker_args: Any) -> None:
+    def __init__(self, log_file: Path | None, *worker_args: Any) -> None:
+        log_to(log_file if log_file is not None and log_file.parent.parent.is_dir() else None)
         self.worker = ActorWorker(*worker_args)
 
     def collect(self, message: list, steps: int, step: int) -> Chunk:
@@ -29,9 +39,11 @@ class _RayActor:
         payload = ray.get(message[0]) if message else None  # a ref in a list: ours to fetch
         return self.worker.collect(payload, steps, step, pull_s=perf_counter() - start)
 
-    def node(self) -> str:
-        """The Ray node this actor was placed on: its IP and node id."""
-        return ray_node()
+    def whereabouts(self) -> tuple[str, int, str]:
+        """The Ray node this actor was placed on (its IP and node id), its pid, its actor id."""
+        import ray
+
+        return ray_node(), os.getpid(), ray.get_runtime_context().get_actor_id()
 
 
 def ray_node() -> str:
@@ -67,6 +79,8 @@ class RayActors(ActorPool):
         self.started_ray = False
         self._message: tuple[bytes, Any] | None = None  # the last payload and its ref
         self.nodes: list[str] = []  # each actor's Ray node, once started
+        self.actors: list[str] = []  # each actor's "Ray actor <id>, pid <pid> on <node>"
+        self.ids: list[str] = []  # each actor's Ray actor id
 
     def start(self, learner: Learner, make_envs: Callable[[], gym.vector.VectorEnv],
               seed: int) -> None:
@@ -75,9 +89,16 @@ class RayActors(ActorPool):
         self.started_ray = init_ray(self.address, self.n)
         remote = ray.remote(num_cpus=1)(_RayActor)
         copy = ray.put(cpu_copy(learner))
-        self.handles = [remote.remote(rank, self.n, copy, make_envs, seed, self.spec)
-                        for rank in range(self.n)]
-        self.nodes = ray.get([handle.node.remote() for handle in self.handles])
+        self.logs = [worker_log(f"actor-{rank}") for rank in range(self.n)]
+        self.handles = [remote.remote(self.logs[rank], rank, self.n, copy, make_envs, seed,
+                                      self.spec) for rank in range(self.n)]
+        found = ray.get([handle.whereabouts.remote() for handle in self.handles])
+        self.nodes = [node for node, _, _ in found]
+        self.ids = [actor_id for _, _, actor_id in found]
+        self.actors = [f"Ray actor {actor_id[:12]}, pid {pid} on {node}"
+                       for node, pid, actor_id in found]
+        # an actor whose node does not see the job's folder logs where Ray keeps its output
+        self.logs = [log if log is not None and log.is_file() else None for log in self.logs]
 
     def placement(self) -> dict[int, str]:
         return dict(enumerate(self.nodes))
@@ -100,12 +121,31 @@ class RayActors(ActorPool):
             now = perf_counter()
             for ref, (rank, since) in self.pending.items():
                 if ref not in ready and now - since > self.timeout_s:
-                    raise self.hung_error(rank, now - since)
+                    raise self.hung_error(rank, now - since, f" ({self._said(rank)})")
             for ref in ready:
                 del self.pending[ref]
             if ready or not block or (stop is not None and stop.is_set()):
-                return ray.get(ready)
+                try:
+                    return ray.get(ready)
+                except ray.exceptions.RayActorError as error:
+                    raise self._died(error) from None
         return []
+
+    def _said(self, rank: int) -> str:
+        """Who actor `rank` is, with its last log line or where Ray keeps its log."""
+        if self.logs[rank] is not None or not self.ids:
+            return f"{self.actors[rank]}{said(self.logs[rank])}"
+        return (f"{self.actors[rank]}; its log is Ray's, on its node: ray logs actor --id "
+                f"{self.ids[rank]} --err")
+
+    def _died(self, error: Exception) -> ActorLost:
+        """The ActorLost of a Ray actor Ray found dead: who, Ray's words for how it ended."""
+        rank = self.ids.index(error.actor_id) if error.actor_id in self.ids else None
+        words = getattr(error, "error_msg", str(error)).splitlines()[-1]
+        how = words.split(" Some common causes")[0].removeprefix("The actor is dead because ")
+        if rank is None:
+            return self.died_error(f"(Ray actor {error.actor_id})", how[:300], look="")
+        return self.died_error(f"{rank} ({self._said(rank)})", how[:300], look="")
 
     def close(self) -> None:
         import ray

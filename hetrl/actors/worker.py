@@ -19,6 +19,7 @@ import torch
 
 from hetrl.actors.acting import env_step
 from hetrl.actors.shared import unflatten_into
+from hetrl.actors.worker_logs import log
 from hetrl.actors.weights import deserialize
 from hetrl.algos.base import Learner
 from hetrl.quant import QuantSpec, load_into, quantize_policy
@@ -111,6 +112,8 @@ class ActorWorker:
         """Pull `payload` (it took `pull_s` to arrive; None: the weights have not changed),
         then take `steps` vector-env steps; `step` is the learner's env-step count, from
         which exploration schedules go on."""
+        log.info("chunk of %d steps at step %d%s", steps, step,
+                 " with new weights" if payload is not None else "")
         stats = dict.fromkeys(STATS, 0.0)
         stats["steps"] = float(steps * self.envs.num_envs)
         if isinstance(payload, (bytes, bytearray)):

@@ -8,11 +8,28 @@ from __future__ import annotations
 import faulthandler
 import logging
 import os
+from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from typing import Sequence
 
 log = logging.getLogger("hetrl.worker")  # a worker's own lines: its log file only
 FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # the job log's (Hydra's)
+MAX_BYTES = 1 << 20
+"""A worker's log is rotated at this size into one backup (`<name>.log.1`): it grows by a
+line a task (a chunk, a game), ~100 bytes every few milliseconds at the fastest, so a week's
+job kept gigabytes per worker; 1 MiB holds ~10,000 lines, the latest minutes at the least,
+and what a message quotes is the last one. A job of 64 workers keeps at most 128 MiB."""
+TAIL_BYTES = 64 << 10  # the last line is looked for in the log's last 64 KiB
+
+
+class _Rotating(RotatingFileHandler):
+    """A rotating handler that keeps faulthandler writing into its open file: a rollover
+    closes the file whose descriptor faulthandler holds (a native crash's stack would go to
+    whatever file took that descriptor next)."""
+
+    def doRollover(self) -> None:
+        super().doRollover()
+        faulthandler.enable(self.stream)
 
 
 def worker_log(name: str) -> Path | None:
@@ -32,11 +49,10 @@ def log_to(path: Path | None) -> None:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        stream = path.open("a", buffering=1)  # open for the process's life (faulthandler)
+        handler = _Rotating(path, maxBytes=MAX_BYTES, backupCount=1)  # flushed a record
     except OSError as error:  # the worker works on without a log of its own
         logging.getLogger("hetrl").warning("%s: no log of its own (%s)", path.stem, error)
         return
-    handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter(FORMAT))
     root = logging.getLogger()
     root.addHandler(handler)
@@ -45,22 +61,31 @@ def log_to(path: Path | None) -> None:
     log.addHandler(handler)
     log.propagate = False  # not into the job's log or terminal a forked worker inherited
     logging.captureWarnings(True)
-    faulthandler.enable(stream)
+    faulthandler.enable(handler.stream)
     log.info("%s started (pid %d)", path.stem, os.getpid())
 
 
 def last_words(path: Path | None) -> str:
     """The last line of the worker's log at `path`, for a message naming the worker: `its
-    last log line: '...' (path)`; "" where it has no log."""
+    last log line: '...' (path)`; "" where it has no log. Its log just rotated holds none
+    yet: the line is then its backup's."""
     if path is None:
         return ""
+    for file in (path, path.with_name(f"{path.name}.1")):
+        if line := _last_line(file):
+            return f"its last log line: {line[-300:]!r} ({file})"
+    return f"it logged nothing ({path})"
+
+
+def _last_line(path: Path) -> str:
+    """The last line of `path` that is not blank ("" for none, or no such file)."""
     try:
-        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        with path.open("rb") as file:
+            file.seek(max(0, file.seek(0, os.SEEK_END) - TAIL_BYTES))
+            tail = file.read().decode(errors="replace")
     except OSError:
-        lines = []
-    if not lines:
-        return f"it logged nothing ({path})"
-    return f"its last log line: {lines[-1].strip()[-300:]!r} ({path})"
+        return ""
+    return next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
 
 
 def said(path: Path | None) -> str:

@@ -15,6 +15,16 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # a tracking server's client prints "View run ... at: <url>" when a run ends: hetrl's start
 # line and end summary name the run already
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+# a tracking server's client retries a failed request 7 times, backing off 2 s doubling (~4
+# min of a refused write), and waits 120 s for each answer: a server gone between the store's
+# look (store_watch) and a write would be named minutes late. Two retries, 1 s doubling, ride
+# out a blip (a 503, a worker restarting) and fail a refused write in 2-4 s; 30 s an answer is
+# above the 20 s a healthy server's sqlite session waits for a busy lock (MLflow's
+# busy_timeout), and names a host that vanished unanswering in ~90 s rather than ~20 min
+for _name, _value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"),
+                      ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
+                      ("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")):
+    os.environ.setdefault(_name, _value)
 
 from mlflow.entities import Metric, Param, Run, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -279,6 +289,7 @@ class MlflowTracker:
                 tags[MLFLOW_PARENT_RUN_ID] = self.parent_run_id
             run = self.client.create_run(self.experiment_id, run_name=name, tags=dict(tags))
             self.run_id = run.info.run_id
+        self.store.run_id = self.run_id
         self._start_system_metrics(resume=run_id is not None)
 
     def _start_system_metrics(self, resume: bool) -> None:

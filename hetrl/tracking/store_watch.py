@@ -31,6 +31,7 @@ class StoreWatch:
         self.server = uri.startswith(("http://", "https://"))
         self.identity = self._identity()
         self.lost = False
+        self.run_id: str | None = None  # the job's run, once open: a lost server's keeps it
 
     def check(self) -> None:
         if self.lost:
@@ -74,12 +75,25 @@ class StoreWatch:
         while (why := no_answer(self.uri)) is not None:
             if time.monotonic() >= gone_at:
                 return (f"tracking.uri={self.uri}: the tracking server stopped answering "
-                        f"({why}) while the job ran: what it logs can no longer be recorded "
-                        "(start the server again, python -m hetrl.tracking.server up with "
-                        "its --dir and --port, then go on with the job's resume=: its run "
-                        "goes on from its last log)")
+                        f"({why}) while the job ran: what it logs can no longer be recorded"
+                        f"{self._run_stays()} (start the server again, python -m "
+                        "hetrl.tracking.server up with its --dir and --port, then go on with "
+                        f"the job's resume=: its run goes on from its last log{self._or_end()})")
             time.sleep(1.0)
         return None
+
+    def _run_stays(self) -> str:
+        """What becomes of the job's run on a server that went away: nothing can end it."""
+        if self.run_id is None:
+            return ""
+        return f", and its MLflow run {self.run_id} stays RUNNING there until resumed or ended"
+
+    def _or_end(self) -> str:
+        """How to end the run instead, once the server answers again."""
+        if self.run_id is None:
+            return ""
+        return (f"; or end the run: python -c \"from mlflow import MlflowClient; "
+                f"MlflowClient('{self.uri}').set_terminated('{self.run_id}', 'KILLED')\"")
 
 
 def no_answer(uri: str) -> str | None:
