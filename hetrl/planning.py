@@ -20,6 +20,7 @@ from hetrl.partition.primitives import experience_bytes
 from hetrl.partition.single import SinglePartitioner
 from hetrl.platform.host import HostPlatform, copy_seconds_per_byte
 from hetrl.platform.model import ModeledPlatform
+from hetrl.replay.rm_timing import rm_seconds
 
 
 @dataclass
@@ -166,7 +167,7 @@ def plan_measured_step(learner: Learner, host: HostPlatform, partitioner,
         per_byte = copy_seconds_per_byte() if len(costs.devices) > 1 else 0.0
         composition = partitioner.compose_measured(
             costs, learner.batch_size, _buffer_size(learner),
-            _experience_bytes(learner, obs_space, act_space), per_byte)
+            _experience_bytes(learner, obs_space, act_space), per_byte, rm_seconds)
     single = len(costs.devices) == 1
     plan = (SinglePartitioner(costs.devices[0]) if single else partitioner).partition(costs)
     if costs.dtypes is not None:

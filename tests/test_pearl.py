@@ -151,6 +151,43 @@ def test_composer_places_cartpole_on_the_fpga_and_pong_on_the_gpu():
 # ---- T12: portability Φ ------------------------------------------------------------------
 
 
+def test_the_composer_on_platform_host_plans_from_this_hosts_timings():
+    """platform=host partitioner=composer: the Learner's step measured layer by layer on this
+    host, the replay manager timed on the project's sum tree on its CPU (where the job runs
+    it); Algorithm 2 places both there and gives EPS = BS / T_itr (Eq. 6, co-located: no
+    transfer) and Φ(D). Given a second device with a 10× faster Learner column, the Learner
+    goes there and the RM stays on the CPU: no other device runs the project's RM, so the
+    choices with the RM there have EPS 0 and Φ(D) is 0 (Eq. 7)."""
+    from dataclasses import replace
+
+    from helpers import build_job
+
+    from hetrl.replay.rm_timing import rm_seconds
+
+    c = build_job(*CARTPOLE, "platform=host", "partitioner=composer", "algo.buffer_size=4096",
+                  "compile=false", plan=True)
+    c.envs.close()
+    composition, batch = c.step_plan.composition, c.learner.batch_size
+    assert composition.measured and composition.assignment["RM"] == "cpu"
+    m, cpu = composition.matrix, composition.matrix.devices.index("cpu")
+    sample, insert, update = m.rm_co[cpu]
+    assert 0 < sample < 1 and 0 < insert < 1 and 0 < update < 1 and 0 < m.learner_co[cpu] < 1
+    assert np.isinf(np.delete(m.rm, cpu, axis=0)).all()  # no accelerator hosts the RM
+    if m.devices == ["cpu"]:
+        assert composition.assignment == {"DS": "cpu", "RM": "cpu", "Learner": "cpu"}
+        t_itr = sample + max(insert, update + m.learner_co[cpu])
+        assert composition.eps == pytest.approx(batch / t_itr, rel=1e-12)
+        assert composition.phi_d == pytest.approx(composition.eps, rel=1e-12) and composition.eps > 0
+    costs = c.step_plan.costs.seconds[:, [cpu]]
+    two = replace(c.step_plan.costs, devices=["cpu", "gpu"], dtypes=None, by_dtype=None,
+                  seconds=np.hstack([costs, costs / 10]),
+                  comm=np.zeros((len(c.step_plan.graph.edges), 2, 2)))
+    both = ComposerPartitioner(fanout=16, n_actors=4).compose_measured(
+        two, batch, 4096, experience_bytes(4, 1), 1e-10, rm_seconds)
+    assert (both.assignment["RM"], both.assignment["Learner"]) == ("cpu", "gpu")
+    assert both.eps > 0 and both.phi_d == 0.0
+
+
 def test_t12_portability_on_table3_rows():
     assert portability([7.93e3, 6.76e3]) == pytest.approx(7.30e3, rel=0.01)
     assert portability([3.6e3, 2.40e3]) == pytest.approx(2.88e3, rel=0.01)

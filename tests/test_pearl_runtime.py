@@ -10,7 +10,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import build_job
+from helpers import NOT_MEASURED, build_job, tracking_uri
+from mlflow.tracking import MlflowClient
 
 from hetrl.actors.shared import DoubleBuffer
 from hetrl.algos.base import Batch
@@ -37,7 +38,16 @@ def test_t14_cpu_training_and_host_sync_bound():
     assert m.step(Timings(1e-3, 1e-3, train_cpu_s=50e-3), 64).action == "shrink_b"
     assert m.b == 32
     d = m.step(Timings(1e-3, 1e-3, sync_host_s=50e-3), 64)
-    assert d.action == "give_core_back" and (m.actors, m.cpu_trainers) == (5, 1)
+    assert d.action == "give_core_back" and (m.actors, m.cpu_trainers, m.b) == (5, 1, 32)
+    d = m.step(Timings(1e-3, 1e-3, sync_host_s=50e-3), 64)  # the last trainer takes b along
+    assert d.action == "give_core_back" and (m.actors, m.cpu_trainers, m.b) == (6, 0, 0)
+
+
+def test_t14_an_update_that_cannot_be_split_keeps_b_zero():
+    m = ResourceManager(actors=4, batch_size=256, sub_batch=False)
+    learner_bound = Timings(actor_s=1e-3, learner_s=50e-3)
+    assert m.step(learner_bound, 64).action == "shrink_actors" and m.b == 0
+    assert m.step(learner_bound, 64).action == "none" and m.b == 0
 
 
 def test_t14_no_trigger_unless_learner_dominates_by_2x():
@@ -172,7 +182,7 @@ def test_dqn_cartpole_learns_under_pearl(tmp_path):
     learner run concurrently, so the curve depends on the host's timing; it starts unsolved
     and climbs past 150 (seeds 0 and 1 on an idle or loaded 2-core host: 245-285 at 50k),
     where the job ends."""
-    from helpers import NOT_MEASURED, metric_history, run_job
+    from helpers import metric_history, run_job
 
     result = run_job(tmp_path, "algo=dqn", "scheduler=pearl", "steps=50000", "seed=0",
                      "log_every=2500", "stop_return=150", *NOT_MEASURED)
@@ -205,33 +215,34 @@ def test_pearl_pays_every_update_the_sync_loop_makes(tmp_path):
     assert pearl["updates"] == sync["updates"] > 0
 
 
-def test_algorithm_1_moves_an_actor_to_the_learner_inside_a_running_loop(tmp_path, monkeypatch):
-    """Timings forced learner-bound (far above the actors' per experience): the loop's first
-    decision halves the 2 actors into a CPU trainer, which is no longer sent off, and the
-    decisions that follow grow b; every decision is the loop's, not a test's call."""
-    from hetrl.scheduler import pearl
+def test_algorithm_1_runs_each_of_its_actions_inside_a_running_loop(tmp_path, monkeypatch):
+    """The loop's profiled times forced (its one Timings source, `PearlHost.profiled`):
+    learner-bound twice, then CPU-trainer-bound, then host-sync-bound, then balanced. The
+    running job's manager halves the 2 actors into a CPU trainer, grows b, shrinks it and
+    gives the core back, as its logged decisions say; the CPU trainer really trained b rows
+    meanwhile, and the revived actor acts again."""
+    from helpers import metric_history, run_job
 
-    decisions = []
-    step = ResourceManager.step
+    from hetrl.scheduler.pearl import PearlHost
 
-    def spy(self, timings, experiences):
-        decisions.append(step(self, timings, experiences))
-        return decisions[-1]
-
-    threads = []  # what the job sets, recorded; one thread applied, the platform's (two on a
-    # loaded CI host make each small update many times slower)
-    monkeypatch.setattr(pearl, "Timings", lambda actor_s, learner_s, sync_s: Timings(1e-9, 1.0))
-    monkeypatch.setattr(ResourceManager, "step", spy)
-    set_threads = torch.set_num_threads
-    monkeypatch.setattr(pearl.torch, "set_num_threads",
-                        lambda n: (threads.append(n), set_threads(1)))
-    result = _short_run(tmp_path, "pearl", "steps=500", "algo.learning_starts=100",
-                        "scheduler.resource_every=10")
-    assert decisions and decisions[0].action == "shrink_actors"
-    assert (decisions[0].actors, decisions[0].cpu_trainers) == (1, 1)
-    assert 2 in threads  # the freed core trains
-    assert {d.action for d in decisions[1:]} <= {"grow_b", "none"}
-    assert result["pearl/actors"] == 1.0 and result["updates"] > 0
+    forced = [Timings(1e-9, 1.0), Timings(1e-9, 1.0), Timings(1e-9, 1e-6, train_cpu_s=1.0),
+              Timings(1e-9, 1e-6, sync_host_s=1.0)]
+    monkeypatch.setattr(PearlHost, "profiled",
+                        lambda host: forced.pop(0) if forced else Timings(1.0, 0.0))
+    result = run_job(tmp_path, "algo=dqn", "scheduler=pearl", "steps=500", "algo.hidden=[16]",
+                     "algo.learning_starts=100", "scheduler.resource_every=10", "log_every=500",
+                     *NOT_MEASURED)
+    decisions = [v for _, v in metric_history(tmp_path, result["run_id"], "pearl/decision")]
+    assert decisions == [1, 2, 3, 4]  # shrink_actors, grow_b, shrink_b, give_core_back
+    assert result["pearl/t_train_cpu_s"] > 0  # the CPU trainer's part of each batch
+    assert result["pearl/actors"] == 2.0 and result["pearl/b"] == 0.0
+    table = MlflowClient(tracking_uri(tmp_path)).download_artifacts(
+        result["run_id"], "pearl/resource_decisions.csv", str(tmp_path))
+    header, *rows = (row.split(",") for row in open(table).read().splitlines())
+    quantum = 64 // 8  # the tuned cartpole DQN's batch of 64
+    assert [(r[2], r[3], r[5]) for r in rows] == [
+        ("shrink_actors", "1", str(quantum)), ("grow_b", "1", str(2 * quantum)),
+        ("shrink_b", "1", str(quantum)), ("give_core_back", "2", "0")]
 
 
 def test_process_actors_load_weights_from_the_shared_double_buffer():
@@ -302,3 +313,47 @@ def test_chunk_ring_carries_a_chunk_through_shared_memory(method):
         assert back.stats == {"steps": 10.0} and back.rank == 3
     finally:
         ring.close()
+
+
+# ---- Algorithm 1's CPU sub-batch b, trained for real ------------------------------------
+
+
+@pytest.mark.parametrize("algo", ["dqn", "ddpg"])
+def test_cpu_trainers_sub_batch_gives_the_whole_batchs_update(algo):
+    """b of the BS rows trained on CPU-trainer threads, BS − b on the learner's: one update
+    equals the update on the whole batch (gradients, weights, per-row TD errors, metrics),
+    for DQN's one stage and DDPG's two (the actor's through a frozen critic)."""
+    import copy
+
+    from hetrl.scheduler.pearl_train import CpuTrainers
+    from hetrl.scheduler.updates import learn
+
+    env = "cartpole" if algo == "dqn" else "pendulum"
+    c = build_job(f"algo={algo}", f"env={env}", "algo.hidden=[16]", "algo.batch_size=32",
+                  "replay=prioritized", "compile=false",
+                  *(["algo.target_update_interval=1"] if algo == "dqn" else []))
+    rng = np.random.default_rng(0)
+    space = c.envs.single_action_space
+    for _ in range(64):
+        c.replay.add(rng.random((1, *c.envs.single_observation_space.shape), np.float32),
+                     np.array([space.sample()]), rng.random(1), rng.random(
+                         (1, *c.envs.single_observation_space.shape), np.float32),
+                     rng.random(1) < 0.1, np.zeros(1, bool))
+    batch = c.replay.sample(32)
+    whole, split = c.learner, copy.deepcopy(c.learner)
+    trainers = CpuTrainers(split, threads=2)
+    try:
+        trainers.set(trainers=2, b=12)
+        assert split.split_loss is not None
+        expected, got = learn(whole, batch), learn(split, batch)
+    finally:
+        trainers.close()
+    assert trainers.train_cpu_s > 0 and split.split_loss is None
+    assert expected.keys() == got.keys()
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], atol=1e-6, rtol=1e-5)
+    for (name, p), q in zip(whole.named_parameters(), split.parameters()):
+        assert (p.grad is None) == (q.grad is None), name
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad, p.grad, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(q, p, atol=1e-6, rtol=1e-5)

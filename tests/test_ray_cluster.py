@@ -1,6 +1,6 @@
 """ActorQ's Ray actors across machines (issue 14 item 3), on a 3-node Ray cluster started on
 this box with `ray.cluster_utils.Cluster`: one CPU per node, so three one-CPU actors land on
-three nodes, and the run learns as the one-node ActorQ test does."""
+three nodes, and the run learns as the one-node ActorQ test does; PEARL's actors land so too."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import build_job, metric_history, run_job
+from helpers import NOT_MEASURED, build_job, metric_history, run_job
 from test_actorq import LEARNS, POOL
 
 from hetrl.actors.pool import ActorLost
@@ -45,6 +45,25 @@ def test_actors_spread_over_a_three_node_cluster_and_the_run_learns(tmp_path, cl
     (nodes,) = metric_history(tmp_path, result["run_id"], "actors/nodes")
     assert nodes[1] == 3
     assert result["return_mean_100"] > 60  # test_actorq's one-node bar (random: about 22)
+
+
+@pytest.mark.slow
+def test_pearls_actors_spread_over_the_three_node_cluster(tmp_path, cluster):
+    """PEARL's protocol with Ray actors on the same cluster: its three one-CPU actors land on
+    three nodes, as ActorQ's do, each sends the host its chunks and loads the weights the
+    host publishes (tiny: a few hundred steps, the cluster is shared)."""
+    try:
+        result = run_job(tmp_path, "algo=dqn", "env=cartpole", "algo.hidden=[16]",
+                         "scheduler=pearl", "actors=ray", "actors.n=3", "steps=600",
+                         "algo.learning_starts=200", "log_every=600",
+                         f"actors.address={cluster.address}", *NOT_MEASURED)
+    finally:
+        ray.shutdown()
+    (nodes,) = metric_history(tmp_path, result["run_id"], "actors/nodes")
+    assert nodes[1] == 3
+    assert result["pearl/actors"] == 3.0 and result["updates"] > 0
+    for rank in range(3):  # each node's actor sent chunks and got the learner's weights
+        assert result[f"actor/{rank}/steps"] > 0 and result[f"actor/{rank}/pulls"] >= 1
 
 
 def test_with_no_address_hetrl_starts_its_own_ray_beside_a_running_cluster(cluster):

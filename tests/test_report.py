@@ -218,6 +218,29 @@ def test_a_sweep_logs_its_report_to_its_parent_when_it_ends(sweep, tmp_path):
     assert "Options that vary across the jobs: precision, platform." in text
 
 
+def test_a_sweep_over_platforms_logs_phi_p_as_eq_7_gives_it(sweep, tmp_path):
+    """PEARL's Φ(P) (Eq. 7) in the parent, worked by hand from the children: for each
+    precision, the harmonic mean over versal and cpu_gpu of each platform's best EPS (here
+    `eps_platform`: no composer), 2 / (1/EPS_versal + 1/EPS_cpu_gpu); the arithmetic mean or
+    the best alone would be far off (versal's plan is the faster)."""
+    import csv
+
+    tmp, client = sweep
+    parent, children = _parent_and_children(tmp)
+    eps = {(c.data.tags["precision"], c.data.tags["platform"]): c.data.metrics["eps_platform"]
+           for c in children}
+    table = Path(client.download_artifacts(parent.info.run_id, "portability.csv", str(tmp_path)))
+    rows = list(csv.DictReader(table.open()))
+    assert len(rows) == 2 and {r["platforms"] for r in rows} == {"cpu_gpu|versal"}
+    for k, row in enumerate(rows):
+        (precision,) = [p for p in ("fp32", "mixed") if f"precision={p}," in row["setting"]]
+        versal, cpu_gpu = eps[precision, "versal"], eps[precision, "cpu_gpu"]
+        by_hand = 2 / (1 / versal + 1 / cpu_gpu)
+        assert versal > 1.5 * cpu_gpu  # so the harmonic mean is no other mean
+        assert parent.data.metrics[f"phi_p/{k}"] == pytest.approx(by_hand, rel=1e-6)
+        assert float(row["phi_p"]) == pytest.approx(by_hand, rel=1e-5)
+
+
 def test_python_m_hetrl_report_regenerates_it_from_the_sweep_dir(sweep, tmp_path):
     tmp, client = sweep
     parent, _ = _parent_and_children(tmp)

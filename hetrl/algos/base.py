@@ -108,6 +108,9 @@ class Learner(nn.Module):
         self.carried_metrics: Metrics = {}
         # the compiled update (`hetrl.compiled`), when one is installed: `update` runs it
         self.compiled_step: Callable[[Any], Metrics] | None = None
+        # a stage's loss over its batch split in parts (PEARL's CPU trainers,
+        # hetrl.scheduler.pearl_train), where a loop installed one: `stage_loss`'s signature
+        self.split_loss: Callable[..., tuple[torch.Tensor, Metrics]] | None = None
         # the update's own phases (`with self.timer("q_loss"):`), added up where the
         # scheduler points them (`time_phases`) next to the loop's phases
         self.timer = PhaseTimer({})
@@ -168,7 +171,7 @@ class Learner(nn.Module):
             if not due(stage.when, count):
                 metrics.update(self.carried(stage))
                 continue
-            loss, out = stage_loss(self, stage, batch, count)
+            loss, out = (self.split_loss or stage_loss)(self, stage, batch, count)
             with self.timer(stage.phase) if stage.phase else nullcontext():
                 self.optimize(getattr(self, stage.optimizer), loss, stage.max_grad_norm)
             if stage.when is not None:
@@ -191,9 +194,10 @@ class Learner(nn.Module):
         self.carried_metrics.update(metrics)
 
     def __getstate__(self) -> dict[str, Any]:
-        """A copy (an actor's, a timing probe's) runs the eager update: a compiled function
-        neither pickles nor belongs to another learner's tensors."""
-        return {**super().__getstate__(), "compiled_step": None}
+        """A copy (an actor's, a timing probe's) runs the eager update on whole batches: a
+        compiled function or a loop's CPU trainers neither pickle nor belong to another
+        learner's tensors."""
+        return {**super().__getstate__(), "compiled_step": None, "split_loss": None}
 
     def optimize(
         self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float | None = None

@@ -23,8 +23,9 @@ Where M comes from:
 * any other device by its roofline (hetrl.platform.model): the Learner is the step's task
   graph run serially on it, the RM's operations are batched tree walks (a sample reads F
   children on each of D levels per request, an update rewrites D ancestors);
-* on `platform=host`, measured (`measured_matrix`): the Learner's step and a sum tree's
-  operations timed on each real device.
+* on `platform=host`, measured (`measured_matrix`): the Learner's step timed on each real
+  device, the RM's operations on the project's sum tree where the host runs it, its CPU
+  (`hetrl.replay.rm_timing`; no device else can host it).
 
 Every transfer costs what the platform's links say (latency, runtime overhead per transfer,
 bytes / bandwidth, two hops between accelerators through the host). Per Eq. (3) the RM's
@@ -53,6 +54,11 @@ from hetrl.partition.primitives import (
     modeled_matrix,
 )
 from hetrl.partition.single import SinglePartitioner
+
+
+RmTimer = Callable[[int, int, int, int], np.ndarray]
+"""The RM's (sample, insert, update) seconds for a tree's capacity and fanout, a batch and an
+insert batch (`hetrl.replay.rm_timing.rm_seconds` on the host)."""
 
 
 def portability(eps: Sequence[float]) -> float:
@@ -238,12 +244,14 @@ class ComposerPartitioner:
         return self.composition
 
     def compose_measured(self, costs: CostTable, batch_size: int, buffer_size: int,
-                         experience: float, per_byte: float) -> Composition:
-        """Algorithm 2 on `platform=host`: the matrix measured on its devices, transfers
-        at the host-device copy rate the host measured, `per_byte` seconds (none within a
-        device)."""
-        traffic = self.traffic(batch_size, experience)
-        m = measured_matrix(costs, self.tree(buffer_size), batch_size, traffic.insert_batch)
+                         experience: float, per_byte: float, time_rm: RmTimer) -> Composition:
+        """Algorithm 2 on `platform=host`: the matrix measured on its devices (the RM timed
+        by `time_rm(capacity, fanout, batch_size, insert_batch)` on the host's CPU),
+        transfers at the host-device copy rate the host measured, `per_byte` seconds (none
+        within a device)."""
+        traffic, tree, host = self.traffic(batch_size, experience), self.tree(buffer_size), "cpu"
+        m = measured_matrix(costs, time_rm(tree.capacity, tree.fanout, batch_size,
+                                           traffic.insert_batch), host)
 
         def transfer(nbytes: float, src: str, dst: str) -> float:
             return 0.0 if src == dst else nbytes * per_byte
@@ -251,7 +259,7 @@ class ComposerPartitioner:
         def bandwidth(a: str, b: str) -> float:
             return math.inf if a == b or per_byte == 0 else 1.0 / per_byte
 
-        self.composition = compose(m, transfer, traffic, "cpu", bandwidth, self.n_actors,
+        self.composition = compose(m, transfer, traffic, host, bandwidth, self.n_actors,
                                    measured=True)
         return self.composition
 

@@ -1,14 +1,13 @@
 """M of PEARL's Algorithm 2 (specs/ap-drl-pearl.md §B.2.7-B.2.9), the Primitive Device
 Assignment Matrix: per device, the Replay Manager's three operations on a sum tree and the
 Learner's step, alone and co-located; modeled from a platform (`modeled_matrix`) or measured
-on this host's devices (`measured_matrix`). hetrl.partition.composer places the primitives
+on this host (`measured_matrix`: the Learner on each device, the RM as the host's CPU runs it). hetrl.partition.composer places the primitives
 from it."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from time import perf_counter
 
 import numpy as np
 
@@ -147,75 +146,12 @@ def experience_bytes(obs_dim: int, act_dim: int) -> float:
 # ---- the matrix measured on this host -----------------------------------------------------
 
 
-class TorchTree:
-    """A k-ary sum tree in torch tensors (level order; children of n are F·n+1 … F·n+F), to
-    time the RM's three operations on a real device. Batched: each level one gather."""
-
-    def __init__(self, tree: TreeShape, device) -> None:
-        import torch
-
-        self.shape, self.device = tree, torch.device(device)
-        self.leaves = tree.fanout ** tree.depth
-        self.first_leaf = tree.nodes - self.leaves
-        self.values = torch.zeros(tree.nodes, dtype=torch.float64, device=self.device)
-        self.offsets = torch.arange(1, tree.fanout + 1, device=self.device)
-
-    def update(self, leaves, delta) -> None:
-        """Add `delta` to each leaf and every ancestor."""
-        nodes = leaves + self.first_leaf
-        for _ in range(self.shape.depth + 1):
-            self.values.index_add_(0, nodes, delta)
-            nodes = (nodes - 1).clamp(min=0) // self.shape.fanout
-
-    def sample(self, x):
-        """min{i : Σ_{j≤i} p_j ≥ x} per x, level by level (x ~ U[0, total))."""
-        import torch
-
-        nodes = torch.zeros(len(x), dtype=torch.long, device=self.device)
-        for _ in range(self.shape.depth):
-            children = nodes[:, None] * self.shape.fanout + self.offsets
-            sums = self.values[children].cumsum(1)
-            k = (sums < x[:, None]).sum(1).clamp(max=self.shape.fanout - 1)
-            x = x - torch.where(k > 0, sums.gather(1, (k - 1).clamp(min=0)[:, None])[:, 0], 0.0)
-            nodes = children.gather(1, k[:, None])[:, 0]
-        return nodes - self.first_leaf
-
-
-def measure_rm(tree: TreeShape, device: str, batch_size: int, insert_batch: int,
-               repeats: int = 20) -> np.ndarray:
-    """Seconds of the RM's sample, insert and update on a real device (the median of
-    `repeats`), on a tree filled with random priorities."""
-    import torch
-
-    t = TorchTree(tree, device)
-    t.update(torch.arange(min(tree.capacity, t.leaves), device=t.device),
-             torch.rand(min(tree.capacity, t.leaves), dtype=torch.float64, device=t.device))
-    sync = torch.cuda.synchronize if t.device.type == "cuda" else (lambda: None)
-
-    def timed(fn) -> float:
-        samples = []
-        for _ in range(repeats + 2):
-            sync()
-            start = perf_counter()
-            fn()
-            sync()
-            samples.append(perf_counter() - start)
-        return float(np.median(samples[2:]))
-
-    total = float(t.values[0])
-    idx = torch.randint(tree.capacity, (batch_size,), device=t.device)
-    ins = torch.randint(tree.capacity, (insert_batch,), device=t.device)
-    sample = timed(lambda: t.sample(torch.rand(batch_size, dtype=torch.float64,
-                                               device=t.device) * total))
-    insert = timed(lambda: t.update(ins, t.values[ins + t.first_leaf] * 0.0))
-    update = timed(lambda: t.update(idx, t.values[idx + t.first_leaf] * 0.0))
-    return np.array([sample, insert, update])
-
-
-def measured_matrix(costs: CostTable, tree: TreeShape, batch_size: int,
-                    insert_batch: int) -> PrimitiveMatrix:
-    """M on `platform=host`: the Learner's step as its nodes measured on each device sum,
-    the RM's operations timed on each device (co-located: the same, one device)."""
+def measured_matrix(costs: CostTable, rm_cpu: np.ndarray, host: str) -> PrimitiveMatrix:
+    """M on `platform=host`: the Learner's step as its nodes measured on each device sum;
+    the RM's operations (`rm_cpu`: sample, insert, update) as timed on the host's CPU
+    (`host`), the only device the project's replay manager runs on (inf elsewhere);
+    co-located: the same, one device."""
     learner = np.asarray(costs.seconds, dtype=float).sum(axis=0)
-    rm = np.stack([measure_rm(tree, d, batch_size, insert_batch) for d in costs.devices])
+    rm = np.array([rm_cpu if d == host else np.full(3, np.inf) for d in costs.devices],
+                  dtype=float)
     return PrimitiveMatrix(list(costs.devices), rm, learner, rm.copy(), learner.copy())

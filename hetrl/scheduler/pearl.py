@@ -16,8 +16,12 @@ the host runtime (this loop) owns the replay (RM and Exp Memory). One iteration:
 
 Algorithm 1 (`dynamic_resources`) runs every `resource_every` iterations on the window's
 profiled times: when the learner dominates, half the actors stop being resubmitted and their
-cores go to the learner (torch threads); when host sync dominates, one goes back to acting.
-Every decision is reported with the EPS before and after it.
+cores become CPU trainers, which train b rows of each batch beside the learner's BS − b
+(`hetrl.scheduler.pearl_train`; b grows while the learner dominates, shrinks when the CPU
+trainers do); when host sync (weight publication and the wait for the trainers' gradients)
+dominates, one trainer goes back to acting. Every decision is reported with the EPS before and
+after it. A compiled update or float16 loss scaling trains whole batches: b stays 0 (said once
+in the log).
 
 `PearlHost` is one run of the protocol, each step a method of it: `collect`, `warm_up`
 (nothing to learn from yet), `learn` (sample, with `sample_and_insert` and
@@ -27,13 +31,13 @@ Every decision is reported with the EPS before and after it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Callable
 
 import numpy as np
-import torch
 
 from hetrl.actors.dispatch import Dispatcher
 from hetrl.actors.pool import ActorPool
@@ -45,12 +49,12 @@ from hetrl.replay.uniform import UniformReplay
 from hetrl.scheduler.base import LoopNeeds
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics, report_placement
 from hetrl.scheduler.pearl_runtime import CollisionCheck, ResourceManager, Timings
+from hetrl.scheduler.pearl_train import CpuTrainers
 from hetrl.scheduler.state import LoopState, Report
 from hetrl.scheduler.updates import Updates
 
+log = logging.getLogger(__name__)
 ACTIONS = {"none": 0, "shrink_actors": 1, "grow_b": 2, "shrink_b": 3, "give_core_back": 4}
-PRIMITIVES = ("t_actor_s", "t_rm_sample_s", "t_rm_insert_s", "t_rm_update_s", "t_learner_s",
-              "t_sync_s")
 
 
 class PearlScheduler:
@@ -88,14 +92,29 @@ class Window:
     updates: int  # the loop's updates then
     learner_s: float  # phase_s["update"] then
     sync_s: float  # phase_s["publish"] then
+    train_cpu_s: float  # the CPU trainers' seconds then
+    wait_s: float  # the learner's wait for their gradients then
     actor_s: float = 0.0  # the actors' busy seconds since, summed over actors
     experiences: int = 0  # env steps handed back since
 
     @classmethod
-    def opened(cls, state: LoopState, start: float | None = None) -> Window:
+    def opened(cls, state: LoopState, trainers: CpuTrainers,
+               start: float | None = None) -> Window:
         """A window opening now (or at `start`) on the loop's counters."""
         return cls(perf_counter() if start is None else start, state.updates,
-                   state.phase_s.get("update", 0.0), state.phase_s.get("publish", 0.0))
+                   state.phase_s.get("update", 0.0), state.phase_s.get("publish", 0.0),
+                   trainers.train_cpu_s, trainers.sync_s)
+
+    def timings(self, state: LoopState, trainers: CpuTrainers, actors: int) -> Timings:
+        """Algorithm 1's four times per iteration of the window: the actors' (each's share),
+        the learner's step (less its wait for the trainers), host sync (weight publication
+        and that wait) and the CPU trainers' part."""
+        n = max(state.updates - self.updates, 1)
+        wait = trainers.sync_s - self.wait_s
+        return Timings(self.actor_s / max(actors, 1) / n,
+                       (state.phase_s.get("update", 0.0) - self.learner_s - wait) / n,
+                       (state.phase_s.get("publish", 0.0) - self.sync_s + wait) / n,
+                       (trainers.train_cpu_s - self.train_cpu_s) / n)
 
 
 class PearlHost:
@@ -111,10 +130,15 @@ class PearlHost:
         self.n_envs = n_envs = t.envs.num_envs
         self.phase = state.phase_s
         self.check = CollisionCheck(self.replay.capacity)
-        self.manager = ResourceManager(pool.n, learner.batch_size)
+        self.trainers = CpuTrainers(learner, pool.n)
+        self.manager = ResourceManager(pool.n, learner.batch_size,
+                                       sub_batch=self.trainers.applies())
+        if cfg.dynamic_resources and not self.trainers.applies():
+            log.info("scheduler=pearl: the %s trains whole batches, so Algorithm 1 keeps b = 0",
+                     "compiled update" if learner.compiled_step else "float16 loss scaling")
         self.active = set(range(pool.n))
         self.events: list[dict[str, float]] = []
-        self.window = Window.opened(state)
+        self.window = Window.opened(state, self.trainers)
         # Weights: process actors read a shared, version-tagged double buffer (a pull is a tag
         # read, no message); Ray actors get the serialized state dict as ActorQ's.
         self.shared = (DoubleBuffer(flatten(learner.policy()).numel())
@@ -134,7 +158,6 @@ class PearlHost:
         self.boundary = StepBoundary(dataclasses.replace(t, report=self._report), state)
         self.updates = Updates(learner, self.replay, t.precision, state)
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="pearl-insert")
-        self.threads = torch.get_num_threads()  # Algorithm 1 moves cores to the learner
 
     def start(self) -> None:
         """Start the actors (with shared-memory collection queues, for processes) and send
@@ -244,7 +267,7 @@ class PearlHost:
 
     def manage_resources(self) -> None:
         """Algorithm 1 on the last window's profiled times, applied to the actor pool and
-        the learner's threads; the EPS of the window before (and, at the next call, after)."""
+        the CPU trainers; the EPS of the window before (and, at the next call, after)."""
         state, window, manager = self.state, self.window, self.manager
         now = perf_counter()
         iterations = max(state.updates - window.updates, 1)
@@ -252,21 +275,22 @@ class PearlHost:
                / max(now - window.start, 1e-9))
         if self.events and "eps_after" not in self.events[-1]:
             self.events[-1]["eps_after"] = eps
-        learner_s = (self.phase.get("update", 0.0) - window.learner_s) / iterations
-        sync_s = (self.phase.get("publish", 0.0) - window.sync_s) / iterations
-        actor_s = window.actor_s / max(len(self.active), 1) / iterations
-        decision = manager.step(Timings(actor_s, learner_s, sync_s),
+        decision = manager.step(self.profiled(),
                                 int(window.experiences / iterations) or 1)
         if decision.action in ("shrink_actors", "give_core_back"):
             keep = set(sorted(range(manager.actors + manager.cpu_trainers))[:decision.actors])
             revived = keep - self.active
             self.active = keep
-            torch.set_num_threads(1 + decision.cpu_trainers)
             for rank in revived:
                 self.submit(rank)
+        self.trainers.set(decision.cpu_trainers, decision.b)
         if decision.action != "none":
             self._decided(decision, eps)
-        self.window = Window.opened(state, now)
+        self.window = Window.opened(state, self.trainers, now)
+
+    def profiled(self) -> Timings:
+        """The window's profiled times, Algorithm 1's input."""
+        return self.window.timings(self.state, self.trainers, len(self.active))
 
     def _decided(self, decision, eps: float) -> None:
         """A decision of Algorithm 1: in the events table, and reported."""
@@ -279,7 +303,8 @@ class PearlHost:
         self.t.report(self.state.step, {"pearl/decision": float(ACTIONS[decision.action]),
                                         "pearl/decision_eps_before": eps,
                                         "pearl/actors": float(decision.actors),
-                                        "pearl/learner_threads": threads}, Report.event)
+                                        "pearl/learner_threads": threads,
+                                        "pearl/b": float(decision.b)}, Report.event)
 
     def primitives(self) -> dict[str, float]:
         """The primitives' mean times per iteration (`pearl/t_*_s`) and the run's counts."""
@@ -287,12 +312,14 @@ class PearlHost:
         times = {"t_actor_s": phase.get("actor", 0.0), "t_rm_sample_s": phase.get("sample", 0.0),
                  "t_rm_insert_s": phase.get("pearl_insert", 0.0),
                  "t_rm_update_s": phase.get("priority_update", 0.0),
-                 "t_learner_s": phase.get("update", 0.0), "t_sync_s": phase.get("publish", 0.0)}
+                 "t_learner_s": phase.get("update", 0.0), "t_sync_s": phase.get("publish", 0.0),
+                 "t_train_cpu_s": self.trainers.train_cpu_s}
         metrics = {f"pearl/{k}": v / n for k, v in times.items()}
         metrics.update({"pearl/collisions": float(self.check.collisions),
                         "pearl/iterations": float(self.iterations),
                         "pearl/actors": float(len(self.active)),
-                        "pearl/learner_threads": float(torch.get_num_threads())})
+                        "pearl/learner_threads": float(1 + self.trainers.trainers),
+                        "pearl/b": float(self.trainers.b)})
         return metrics
 
     def _report(self, step: int, metrics: dict[str, float], kind: Report) -> None:
@@ -302,8 +329,8 @@ class PearlHost:
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
+        self.trainers.close()
         self.pool.close()
-        torch.set_num_threads(self.threads)
 
     def results(self) -> dict[str, float]:
         """The final metrics; Algorithm 1's decisions as `pearl/resource_decisions.csv`."""

@@ -68,10 +68,13 @@ class ResourceManager:
     (T_Actor / experiences the actors made, T_Learner / (BS − b), T_train-CPU / b,
     T_sync-host / BS). If the Learner's dominates and is > 2× the actors', halve the actor pool
     (once) into CPU trainers and raise b by BS/8; if the CPU trainers' dominates, lower b by
-    BS/8; if the host sync's dominates, one CPU trainer goes back to acting."""
+    BS/8; if the host sync's dominates, one CPU trainer goes back to acting (the last one
+    takes b with it: no trainer is left to train it). `sub_batch` False (an update that
+    cannot be split): b stays 0, and the freed cores act again when host sync dominates."""
 
     actors: int
     batch_size: int
+    sub_batch: bool = True
     cpu_trainers: int = 0
     b: int = 0
     halved: bool = False
@@ -97,9 +100,11 @@ class ResourceManager:
                 self.cpu_trainers += freed
                 self.halved = True
                 action = "shrink_actors"
-            elif self.cpu_trainers > 0 and self.b + self.quantum < self.batch_size:
+            grows = self.cpu_trainers > 0 and self.sub_batch and (
+                self.b + self.quantum < self.batch_size)
+            if action == "none" and grows:
                 action = "grow_b"
-            if self.cpu_trainers > 0 and self.b + self.quantum < self.batch_size:
+            if grows:
                 self.b += self.quantum
         elif top == "train_cpu" and self.b > 0:
             self.b -= self.quantum
@@ -107,6 +112,7 @@ class ResourceManager:
         elif top == "sync" and self.cpu_trainers > 0:
             self.cpu_trainers -= 1
             self.actors += 1
+            self.b = self.b if self.cpu_trainers else 0
             action = "give_core_back"
         decision = Decision(action, self.actors, self.cpu_trainers, self.b)
         if action != "none":
