@@ -22,7 +22,7 @@ import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from hetrl.actors.base import Actors
+from hetrl.actors.base import Actors, Workers
 from hetrl.algos.base import Learner
 from hetrl.compiled.choose import UpdateChoice, choose_update, job_batch
 from hetrl.config.env_checks import env_errors
@@ -36,7 +36,7 @@ from hetrl.platform.model import ModeledPlatform
 from hetrl.precision.base import Precision
 from hetrl.precision.native import emulates
 from hetrl.replay.base import Replay
-from hetrl.scheduler.base import Loop
+from hetrl.scheduler.base import Loop, needs_of
 from hetrl.seeding import host_rng_states, seed_everything, set_rng_states
 
 log = logging.getLogger("hetrl")
@@ -56,6 +56,7 @@ class Components:
     scheduler: Loop  # the `scheduler` option: the training loop
     make_envs: Callable[..., gym.vector.VectorEnv]  # more envs like `envs` (keyword overrides)
     update_choice: UpdateChoice | None = None  # compiled or eager (`compile`), and why
+    workers: Workers | None = None  # the loop's own (`LoopNeeds.workers`), not started
 
     @property
     def spaces(self) -> dict[str, gym.Space]:
@@ -96,11 +97,14 @@ def build(cfg: DictConfig, plan: bool = True, planned: StepPlan | None = None,
                                       job_batch(learner, env_spaces, replay),
                                       partial(precision.autocast, platform.device))
         log.info("%s", update_choice.line())
+    actors, scheduler = instantiate(cfg.actors), instantiate(cfg.scheduler)
+    make_workers = needs_of(type(scheduler)).workers
     return Components(
         envs=envs, learner=learner, update_choice=update_choice, replay=replay,
-        precision=precision, platform=platform, step_plan=step_plan,
-        actors=instantiate(cfg.actors), scheduler=instantiate(cfg.scheduler),
-        make_envs=parts.make_envs,
+        precision=precision, platform=platform, step_plan=step_plan, actors=actors,
+        scheduler=scheduler, make_envs=parts.make_envs,
+        workers=(make_workers(scheduler, actors, learner, envs, cfg.seed) if make_workers
+                 else None),
     )
 
 

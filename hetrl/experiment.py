@@ -252,6 +252,7 @@ def _train(
         envs=c.envs, learner=c.learner, replay=c.replay, precision=c.precision,
         steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
         report=report, checkpoint=save_checkpoint, stop=stop, actors=c.actors,
+        workers=c.workers,
         make_envs=c.make_envs, seed=cfg.seed, log_text=tracker.log_text,
         log_artifact=tracker.log_artifact,
         evaluate=evaluate, eval_every=cfg.eval.every, stop_return=cfg.stop_return,
