@@ -136,6 +136,7 @@ def games_per_s(workers: int, game: GoGame, width: int, blocks: int, games: int,
 
     pool = WorkerPool(workers, game, _Learner(), 0)  # type: ignore[arg-type]
     try:
+        pool.start()
         pool.play(workers, 1, 10**9, 0, SearchStats())  # warm up: processes started
         stats = SearchStats()
         start = time.perf_counter()

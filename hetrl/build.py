@@ -2,9 +2,9 @@
 
 `experiment.run`, the tests and the benchmarks all build through here, so a job is put
 together the same way wherever it runs (as Sample Factory's serial and parallel runners
-build the same components and differ only in where they run them). `preflight(cfg)` makes,
-the same way, the parts that the last checks of a config need (the platform, one env), before
-a job opens its run.
+build the same components and differ only in where they run them). Its first parts, the
+platform and the envs (`Parts`), are what the last checks of a config need: a job makes them
+with `preflight(cfg)` before it opens its run, and build() goes on from them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import copy
 import logging
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Callable
+from typing import Any, Callable
 
 import gymnasium as gym
 import psutil
@@ -22,7 +22,7 @@ import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from hetrl.actors.base import Actors
+from hetrl.actors.base import Actors, Workers
 from hetrl.algos.base import Learner
 from hetrl.compiled.choose import UpdateChoice, choose_update, job_batch
 from hetrl.config.env_checks import env_errors
@@ -36,8 +36,8 @@ from hetrl.platform.model import ModeledPlatform
 from hetrl.precision.base import Precision
 from hetrl.precision.native import emulates
 from hetrl.replay.base import Replay
-from hetrl.scheduler.base import Loop
-from hetrl.seeding import seed_everything
+from hetrl.scheduler.base import Loop, needs_of
+from hetrl.seeding import host_rng_states, seed_everything, set_rng_states
 
 log = logging.getLogger("hetrl")
 
@@ -56,6 +56,7 @@ class Components:
     scheduler: Loop  # the `scheduler` option: the training loop
     make_envs: Callable[..., gym.vector.VectorEnv]  # more envs like `envs` (keyword overrides)
     update_choice: UpdateChoice | None = None  # compiled or eager (`compile`), and why
+    workers: Workers | None = None  # the loop's own (`LoopNeeds.workers`), not started
 
     @property
     def spaces(self) -> dict[str, gym.Space]:
@@ -67,7 +68,8 @@ def spaces(envs: gym.vector.VectorEnv) -> dict[str, gym.Space]:
     return {"obs_space": envs.single_observation_space, "act_space": envs.single_action_space}
 
 
-def build(cfg: DictConfig, plan: bool = True, planned: StepPlan | None = None) -> Components:
+def build(cfg: DictConfig, plan: bool = True, planned: StepPlan | None = None,
+          parts: Parts | None = None) -> Components:
     """Instantiate every component the config names, in the order that makes runs
     reproducible (the seed is set before the first env and network are made), plan the
     learner's step on the platform (unless `plan` is false: a caller that needs only the
@@ -75,13 +77,12 @@ def build(cfg: DictConfig, plan: bool = True, planned: StepPlan | None = None) -
 
     `planned` is the step plan of a resumed job's checkpoint: it is applied as it was, not
     planned again, since on the host the plan stands on timings, and timed again it could
-    choose other dtypes than those the job trained in."""
-    platform = instantiate(cfg.platform)
-    seed_everything(cfg.seed)
-    make_envs = env_maker(cfg)
-    envs = make_envs()
+    choose other dtypes than those the job trained in. `parts`: the platform and envs the
+    job made before it opened its run (`preflight`); made here where none are given."""
+    parts = parts or make_parts(cfg)
+    set_rng_states(parts.rng)  # as making the envs left them, whatever ran since (a run opened)
+    platform, envs = parts.platform, parts.envs
     env_spaces = spaces(envs)
-    check_replay_memory(cfg, **env_spaces)
     learner = instantiate(cfg.algo, **env_spaces, device=platform.device)
     precision = instantiate(cfg.precision)
     step_plan = planned or (_plan(cfg, learner, platform, precision, env_spaces) if plan
@@ -96,35 +97,63 @@ def build(cfg: DictConfig, plan: bool = True, planned: StepPlan | None = None) -
                                       job_batch(learner, env_spaces, replay),
                                       partial(precision.autocast, platform.device))
         log.info("%s", update_choice.line())
+    actors, scheduler = instantiate(cfg.actors), instantiate(cfg.scheduler)
+    make_workers = needs_of(type(scheduler)).workers
     return Components(
         envs=envs, learner=learner, update_choice=update_choice, replay=replay,
-        precision=precision, platform=platform, step_plan=step_plan,
-        actors=instantiate(cfg.actors), scheduler=instantiate(cfg.scheduler),
-        make_envs=make_envs,
+        precision=precision, platform=platform, step_plan=step_plan, actors=actors,
+        scheduler=scheduler, make_envs=parts.make_envs,
+        workers=(make_workers(scheduler, actors, learner, envs, cfg.seed) if make_workers
+                 else None),
     )
 
 
-def preflight(cfg: DictConfig) -> None:
-    """The checks of a job that need its parts, run before the job opens its run: the
-    platform is made (a device this machine lacks), one env is made and closed (its real
-    action space against the declared one), and the replay's memory is weighed for its spaces.
+@dataclass
+class Parts:
+    """What build() makes first: the platform, then (the seed set) the envs, with the random
+    generators' states after them. They are what the last checks of a config need (a device
+    this machine lacks, the env's real action space, a replay too big for its spaces)."""
+
+    platform: HostPlatform | ModeledPlatform
+    envs: gym.vector.VectorEnv
+    make_envs: Callable[..., gym.vector.VectorEnv]
+    rng: dict[str, Any]  # the generators' states once the envs are made (host_rng_states)
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+def make_parts(cfg: DictConfig) -> Parts:
+    """The platform and the envs, the replay's memory weighed for their spaces: what a
+    ConfigError the constructors raise, or an unknown env id or kwarg, names."""
+    platform = instantiate(cfg.platform)
+    seed_everything(cfg.seed)
+    make_envs = env_maker(cfg)
+    with env_errors(cfg):  # an unknown env id or kwarg: the config's
+        envs = make_envs()
+    try:
+        check_replay_memory(cfg, **spaces(envs))
+    except BaseException:
+        envs.close()
+        raise
+    return Parts(platform, envs, make_envs, host_rng_states())
+
+
+def preflight(cfg: DictConfig) -> Parts | None:
+    """A job's first parts (`make_parts`), made before it opens its run, so that what they
+    show of the config fails before a run or a store exists; build() goes on from them.
 
     A ConfigError is raised as itself (not in Hydra's wrapper). Any other error is not the
-    config's: it is left for build(), which raises it again inside the run, where the run
-    records it (FAILED, with error.txt)."""
+    config's: it is left for build(), which makes the parts again inside the run, where the
+    run records what fails (FAILED, with error.txt): None."""
     try:
         with unwrapped(ConfigError):
-            instantiate(cfg.platform)
-            with env_errors(cfg):  # an unknown env id or kwarg: the config's
-                envs = env_maker(cfg)(n_envs=1)
-            try:
-                check_replay_memory(cfg, **spaces(envs))
-            finally:
-                envs.close()
+            return make_parts(cfg)
     except ConfigError:
         raise
     except Exception:  # noqa: BLE001 - recorded by the run, see above
         log.debug("preflight: left to build()", exc_info=True)
+        return None
 
 
 def env_maker(cfg: DictConfig) -> Callable[..., gym.vector.VectorEnv]:

@@ -6,7 +6,7 @@ import logging
 import signal
 import threading
 import traceback
-from contextlib import contextmanager
+from contextlib import closing, contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -15,7 +15,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from hetrl import checkpoint
-from hetrl.build import Components, build, preflight
+from hetrl.build import Components, Parts, build, preflight
 from hetrl.config.checks import check_inputs
 from hetrl.config.errors import ConfigError, require, unwrapped
 from hetrl.envs.state import env_state, load_env_state
@@ -69,9 +69,10 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
     name = "-".join(choices[g] for g in ("algo", "env", "platform", "precision")) + f"-s{cfg.seed}"
     check_inputs(cfg, choices)  # before anything is created: a rejected job leaves no run, no store
     validate(cfg, choices)
-    preflight(cfg)  # likewise, for what only the platform and the env's spaces show
-
-    with _stop_on_signals() as stop:  # before the run opens: a signal never strands it
+    # likewise for what only the platform and the envs show; build() goes on from them
+    parts = preflight(cfg)
+    with (closing(parts) if parts else nullcontext(),
+          _stop_on_signals() as stop):  # before the run opens: a signal never strands it
         if stop.is_set():  # sent while this process waited between two jobs of a sweep
             raise Stopped(stop.signum)
         tracker = _tracker(cfg)
@@ -86,7 +87,8 @@ def run(cfg: DictConfig, choices: Mapping[str, str], out_dir: Path,
             tracker.set_tags({"numerics_key": numerics_key(cfg),
                               "fp32_actors_key": fp32_actors_key(cfg),
                               "actors_precision": cfg.actors.precision})
-            results, state = _train(cfg, choices, out_dir, tracker, saved, stop, name, span)
+            results, state = _train(cfg, choices, out_dir, tracker, saved, stop, name, span,
+                                    parts)
             train_twin = partial(run, tags=_reference_tags(tracker), span=span)
             results.update(reference_metrics(cfg, choices, results, state.history,
                                              state.history_s, out_dir, tracker, train_twin))
@@ -215,10 +217,12 @@ def _train(
     stop: threading.Event,
     name: str,
     span: Span,
+    parts: Parts | None,
 ) -> tuple[dict[str, float], LoopState]:
-    """Build the job, log what it is, run its loop from the start or the checkpoint (its bar
-    within `span`), then evaluate and keep its artifacts."""
-    c = build(cfg, planned=saved and saved.get("step_plan"))
+    """Build the job (from the `parts` made before its run opened, if any), log what it is,
+    run its loop from the start or the checkpoint (its bar within `span`), then evaluate and
+    keep its artifacts."""
+    c = build(cfg, planned=saved and saved.get("step_plan"), parts=parts)
     if saved is None:
         tracker.log_params({f"host.{k}": v for k, v in c.platform.describe().items()})
         tracker.log_text(OmegaConf.to_yaml(cfg.platform, resolve=True), "platform.yaml")
@@ -248,6 +252,7 @@ def _train(
         envs=c.envs, learner=c.learner, replay=c.replay, precision=c.precision,
         steps=cfg.steps, log_every=cfg.log_every, checkpoint_every=cfg.checkpoint_every,
         report=report, checkpoint=save_checkpoint, stop=stop, actors=c.actors,
+        workers=c.workers,
         make_envs=c.make_envs, seed=cfg.seed, log_text=tracker.log_text,
         log_artifact=tracker.log_artifact,
         evaluate=evaluate, eval_every=cfg.eval.every, stop_return=cfg.stop_return,

@@ -16,11 +16,17 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_states() -> dict[str, Any]:
-    states = {"python": random.getstate(), "numpy": np.random.get_state(),
-              "torch": torch.get_rng_state()}
+    states = host_rng_states()
     if torch.cuda.is_available():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
+
+
+def host_rng_states() -> dict[str, Any]:
+    """Python's, numpy's and torch's CPU generators' states (asking CUDA's would start CUDA,
+    and a process that has started it forks no actors)."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state()}
 
 
 def set_rng_states(states: dict[str, Any]) -> None:

@@ -12,7 +12,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -21,9 +23,11 @@ from helpers import run_job, tracking_uri
 from mlflow.tracking import MlflowClient
 
 import hetrl
-from hetrl import checkpoint
+import hetrl.envs
+from hetrl import checkpoint, experiment
 from hetrl.config.errors import ConfigError
 from hetrl.evaluate import main as evaluate_main
+from hetrl.platform.host import HostPlatform
 from hetrl.seeding import rng_states
 
 JOB = ("algo=dqn", "steps=400", "algo.learning_starts=100", "algo.train_freq=4",
@@ -34,11 +38,39 @@ loaded)."""
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory):
+def made() -> Counter[str]:
+    """What the job made: "platforms", "envs", and "envs" once build() returned ("built")."""
+    return Counter()
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, made):
     """One tiny tracked DQN-CartPole job: its folder, final metrics and store's folder."""
     store = tmp_path_factory.mktemp("agent")
-    results = run_job(store, *JOB)
+    with pytest.MonkeyPatch.context() as patch:  # counted, as `made` says
+        def counted(what: str, make: Callable) -> Callable:
+            def make_counted(*args, **kwargs):
+                made[what] += 1
+                out = make(*args, **kwargs)
+                if what == "builds":
+                    made["built"] = made["envs"]  # before the evaluations make theirs
+                return out
+            return make_counted
+
+        for owner, name, what in ((hetrl.envs, "make_vector_env", "envs"),
+                                  (HostPlatform, "__init__", "platforms"),
+                                  (experiment, "build", "builds")):
+            patch.setattr(owner, name, counted(what, getattr(owner, name)))
+        results = run_job(store, *JOB)
     return store / "job0", results, store
+
+
+def test_a_job_makes_its_platform_and_envs_once(job, made):
+    """The checks made before the run opens read the platform and envs the job trains
+    with: build() goes on from them and makes neither again (the evaluations make envs of
+    their own)."""
+    assert made["builds"] == 1
+    assert made["platforms"] == 1 and made["built"] == 1
 
 
 def test_every_job_leaves_a_policy_file_and_its_run_has_it(job):

@@ -17,6 +17,7 @@ from helpers import build_job, compose_job, run_job, tracking_uri
 from mlflow.tracking import MlflowClient
 
 from hetrl import checkpoint, experiment
+from hetrl.actors.selfplay import RayWorkerPool, WorkerPool
 from hetrl.algos.alphazero import PolicyValueNet, augment, symmetry
 from hetrl.config.errors import ConfigError
 from hetrl.envs.go import GoGame
@@ -180,6 +181,18 @@ def test_worker_processes_play_the_games(tmp_path: Path):
     results = run_job(tmp_path, "algo=alphazero", *TINY, "selfplay.generations=1",
                       "selfplay.workers=2", "tracking=none")
     assert results["selfplay/games"] >= 2 and results["updates"] == 2
+
+
+@pytest.mark.parametrize(("actors", "pool"), [("local", WorkerPool), ("ray", RayWorkerPool)])
+def test_build_makes_the_worker_pool_as_it_makes_the_actors_not_started(actors, pool):
+    """Its workers start in the loop (test_worker_processes_play_the_games); a pool not
+    started closes."""
+    c = build_job("algo=alphazero", "selfplay.workers=2", f"actors={actors}",
+                  "selfplay.worker_timeout_s=7")
+    assert type(c.workers) is pool and c.workers.n == 2 and c.workers.timeout_s == 7
+    assert c.workers.learner is c.learner and c.workers.game is c.envs.game
+    assert not getattr(c.workers, "procs", None) and not getattr(c.workers, "handles", None)
+    c.workers.close()
 
 
 def test_data_parallel_trainers_train_a_generation_and_time_the_all_reduce(tmp_path: Path):

@@ -66,6 +66,7 @@ def test_ray_and_process_workers_play_the_same_games(local_ray):
                        ("ray", lambda: RayWorkerPool(2, game, learner, seed=3, address=None))):
         workers = pool()
         try:
+            workers.start()
             records = workers.play(4, 4, 10**6, 1, SearchStats())
         finally:
             workers.close()

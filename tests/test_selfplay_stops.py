@@ -153,6 +153,7 @@ def test_a_ctrl_c_to_the_workers_while_they_start_leaves_them_to_the_job(capfd):
                            l2=1e-4, value_weight=0.5, search={"readouts": 8, "fast_readouts": 4})
     workers = WorkerPool(2, game, learner, seed=3)
     try:
+        workers.start()
         for _ in range(3):  # as they start, then once they import and serve
             for process in workers.procs:
                 os.kill(process.pid, signal.SIGINT)

@@ -4,7 +4,7 @@ acts in its own process); the actor pools (hetrl.actors.pool) act elsewhere."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from hetrl.quant.spec import QuantSpec
 
@@ -30,3 +30,18 @@ class Actors:
                  eval_episodes: int) -> None:
         self.spec = QuantSpec(precision, int8_mode, per_channel)
         self.eval_episodes = eval_episodes
+
+
+class Workers(Protocol):
+    """Workers a loop drives besides the actors option (self-play's pool): made by build(),
+    not started; the loop starts them, asks where they run, and closes them however far it
+    got (a pool not started closes as one that was)."""
+
+    def start(self) -> None:
+        ...
+
+    def placement(self) -> dict[int, str]:
+        ...
+
+    def close(self) -> None:
+        ...

@@ -10,8 +10,9 @@ import queue
 import socket
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -21,9 +22,10 @@ from hetrl.actors.worker_logs import log, log_to, worker_log
 from hetrl.actors.workers import (POLL_S, check_alive, hung, leave_stops_to_the_job, named,
                                   starting, stop_workers)
 from hetrl.algos.alphazero import AlphaZero, PolicyValueNet
+from hetrl.algos.base import Learner
 from hetrl.algos.go_games import GameRecord, evaluator, iter_games
 from hetrl.algos.mcts import SearchConfig, SearchStats
-from hetrl.envs.go import GoGame
+from hetrl.envs.go import GoGame, GoVectorEnv
 from hetrl.runtime import configure_torch
 
 
@@ -63,19 +65,36 @@ class SelfPlayWorker:
         return ray_node()
 
 
-def selfplay_pool(actors: Actors | None, n: int, game: GoGame, learner: AlphaZero,
-                  seed: int) -> SelfPlayPool | None:
-    """The pool `n` self-play workers run in: Ray actors with a Ray actors option, else OS
-    processes; none with no workers (the loop plays in its own process)."""
+class PoolOptions(Protocol):
+    """What a self-play pool takes of its loop's options (`selfplay.*`)."""
+
+    workers: int
+    worker_timeout_s: float
+
+
+def selfplay_pool(loop: PoolOptions, actors: Actors, learner: Learner,
+                  envs: gym.vector.VectorEnv, seed: int) -> SelfPlayPool | None:
+    """The pool the loop's `workers` self-play workers run in, not started: Ray actors with a
+    Ray actors option, else OS processes; none with no workers (the loop plays in its own
+    process). build() makes it (`LoopNeeds.workers`)."""
+    if not isinstance(learner, AlphaZero) or not isinstance(envs, GoVectorEnv):
+        raise TypeError(f"self-play workers play Go (GoVectorEnv) with an AlphaZero learner, "
+                        f"not {type(envs).__name__} with {type(learner).__name__}")
+    pool: SelfPlayPool
     if isinstance(actors, RayActors):
-        return RayWorkerPool(n, game, learner, seed, actors.address)
-    return WorkerPool(n, game, learner, seed) if n > 0 else None
+        pool = RayWorkerPool(loop.workers, envs.game, learner, seed, actors.address)
+    elif loop.workers > 0:
+        pool = WorkerPool(loop.workers, envs.game, learner, seed)
+    else:
+        return None
+    pool.timeout_s = loop.worker_timeout_s
+    return pool
 
 
 class SelfPlayPool:
-    """Self-play workers that live as long as the loop: each generation they take the latest
-    `best` weights and their share of the games, and send each game back as it ends.
-    Subclasses run them somewhere (OS processes, Ray actors)."""
+    """Self-play workers that live as long as the loop: made, then started (`start`); each
+    generation they take the latest `best` weights and their share of the games, and send
+    each game back as it ends. Subclasses run them somewhere (OS processes, Ray actors)."""
 
     n: int
     learner: AlphaZero
@@ -88,6 +107,10 @@ class SelfPlayPool:
         n = self.n
         return [(gen, games // n + (rank < games % n), max(1, concurrent // n), -(-budget // n))
                 for rank in range(n)]
+
+    def start(self) -> None:
+        """Start the workers."""
+        raise NotImplementedError
 
     def placement(self) -> dict[int, str]:
         """Where each worker runs: rank -> node."""
@@ -120,19 +143,24 @@ class WorkerPool(SelfPlayPool):
     """The workers as OS processes, fed through task queues, games back through one queue."""
 
     def __init__(self, n: int, game: GoGame, learner: AlphaZero, seed: int) -> None:
+        self.n, self.learner, self.game, self.seed = n, learner, game, seed
+        self.queues: list[Any] = []
+        self.procs: list[Any] = []
+
+    def start(self) -> None:
         ctx = mp.get_context("spawn")
-        self.n, self.learner = n, learner
         self.results: Any = ctx.Queue()
-        self.queues = [ctx.Queue() for _ in range(n)]
-        spec = worker_spec(game, learner)
-        self.logs = [worker_log(f"selfplay-{rank}") for rank in range(n)]
-        self.procs = [ctx.Process(target=_worker, args=(rank, spec, vars(learner.search), seed,
-                                                        self.queues[rank], self.results,
-                                                        self.logs[rank]),
-                                  daemon=True) for rank in range(n)]
+        self.queues = [ctx.Queue() for _ in range(self.n)]
+        spec, search = worker_spec(self.game, self.learner), vars(self.learner.search)
+        self.logs = [worker_log(f"selfplay-{rank}") for rank in range(self.n)]
+        procs = [ctx.Process(target=_worker, args=(rank, spec, search, self.seed,
+                                                   self.queues[rank], self.results,
+                                                   self.logs[rank]),
+                             daemon=True) for rank in range(self.n)]
         with starting("spawn"):
-            for p in self.procs:
+            for p in procs:
                 p.start()
+                self.procs.append(p)  # what close() stops, however far this got
 
     def play(self, games: int, concurrent: int, budget: int, gen: int,
              stats: SearchStats) -> list[GameRecord] | None:
@@ -175,14 +203,18 @@ class RayWorkerPool(SelfPlayPool):
 
     def __init__(self, n: int, game: GoGame, learner: AlphaZero, seed: int,
                  address: str | None) -> None:
+        self.n, self.learner, self.game, self.seed = n, learner, game, seed
+        self.address = address
+        self.started_ray = False
+        self.handles: list[Any] = []
+
+    def start(self) -> None:
         import ray
 
-        self.n, self.learner = n, learner
-        self.started_ray = init_ray(address, n)
+        self.started_ray = init_ray(self.address, self.n)
         remote = ray.remote(num_cpus=1)(SelfPlayWorker)
-        spec = worker_spec(game, learner)
-        self.handles = [remote.remote(rank, spec, vars(learner.search), seed)
-                        for rank in range(n)]
+        spec, search = worker_spec(self.game, self.learner), vars(self.learner.search)
+        self.handles = [remote.remote(rank, spec, search, self.seed) for rank in range(self.n)]
         self.nodes = ray.get([handle.node.remote() for handle in self.handles])
 
     def placement(self) -> dict[int, str]:

@@ -6,13 +6,22 @@ is one module and one YAML."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Callable, ClassVar, Protocol
 
 from hetrl.config.enums import Agents
 
 if TYPE_CHECKING:
+    import gymnasium as gym
+
+    from hetrl.actors.base import Actors, Workers
+    from hetrl.algos.base import Learner
     from hetrl.scheduler.context import Training
     from hetrl.scheduler.state import LoopState
+
+WorkersMaker = Callable[["Loop", "Actors", "Learner", "gym.vector.VectorEnv", int],
+                        "Workers | None"]
+"""What makes a loop's own workers from the loop, the actors option, the learner, the envs
+and the seed: None where the loop has none (it plays in its own process)."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +40,9 @@ class LoopNeeds:
     ray_workers: str | None = None
     """The key counting the workers it places on Ray itself with a Ray actors option (which
     then needs at least one), if it places any."""
+    workers: WorkersMaker | None = None
+    """What makes its own workers, if it has any (self-play's): build() makes them, as it
+    makes the actors, and the loop starts them (`Training.workers`)."""
     trainer_ranks: str | None = None
     """The key counting its data-parallel trainer ranks, if it has them: the ranks besides
     rank 0 train in float32, so more than one needs a float32 precision."""

@@ -15,7 +15,7 @@ from typing import Callable, TypeVar
 import gymnasium as gym
 import numpy as np
 
-from hetrl.actors.base import Actors
+from hetrl.actors.base import Actors, Workers
 from hetrl.algos.base import Learner
 from hetrl.faults import Stopped
 from hetrl.precision.base import Precision
@@ -37,8 +37,9 @@ that overflows now and then is skipped by the loss scaler and is not a failure).
 @dataclass
 class Training:
     """What a loop runs on: the built components, its budget and rhythm, and the job's
-    callbacks. A loop takes the learner, replay and actors as the kinds it drives through
-    `learner_as`, `replay_as` and `actors_as` (validation made them fit its needs)."""
+    callbacks. A loop takes the learner, replay, actors and workers as the kinds it drives
+    through `learner_as`, `replay_as`, `actors_as` and `workers_as` (validation made them fit
+    its needs)."""
 
     envs: gym.vector.VectorEnv
     learner: Learner  # an OffPolicyLearner or an OnPolicyLearner, as the loop's needs say
@@ -51,6 +52,7 @@ class Training:
     checkpoint: Callable[[LoopState], None]
     stop: threading.Event = field(default_factory=threading.Event)
     actors: Actors | None = None  # where acting happens and in which precision
+    workers: Workers | None = None  # the loop's own, not started (`LoopNeeds.workers`)
     make_envs: Callable[[], gym.vector.VectorEnv] | None = None  # more envs like `envs`
     seed: int = 0
     log_text: Callable[[str, str], None] | None = None  # (text, artifact name): the tracker's
@@ -71,6 +73,10 @@ class Training:
     def actors_as(self, kind: type[T]) -> T:
         """The actors, as the kind of actors the loop drives (an actor pool)."""
         return _narrowed(self.actors, kind, "actors")
+
+    def workers_as(self, kind: type[T]) -> T | None:
+        """The loop's own workers, as the kind it drives; None where it has none."""
+        return None if self.workers is None else _narrowed(self.workers, kind, "workers")
 
     def done(self, state: LoopState) -> bool:
         """Whether the loop has spent its env-step budget or reached `stop_return`."""

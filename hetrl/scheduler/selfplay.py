@@ -117,7 +117,8 @@ class GenerationLog:
 class SelfPlayScheduler:
     # keeps its own window of generations; plays games: no return_mean_100 to stop at
     needs = LoopNeeds(agents=(Agents.game,), replay=False, ray_workers="selfplay.workers",
-                      trainer_ranks="selfplay.trainers", episode_returns=False)
+                      workers=selfplay_pool, trainer_ranks="selfplay.trainers",
+                      episode_returns=False)
 
     def __init__(self, workers: int, trainers: int, games_per_generation: int,
                  concurrent_games: int, generations: int, window: int, train_steps: int,
@@ -140,8 +141,7 @@ class SelfPlayScheduler:
     def run(self, t: Training, state: LoopState) -> dict[str, float]:
         generations = Generations(self, t, state)
         try:
-            if generations.pool is not None:  # where the workers run, as ActorQ's pool says
-                report_placement(t, state.step, generations.pool.placement())
+            generations.start()
             while generations.going():
                 t.stop_if_requested(state)
                 generations.step()
@@ -171,14 +171,22 @@ class Generations:
         self.window = GenerationWindow(cfg.window, self.rng, self.progress.window)
         self.loader = WindowLoader(self.window)  # what the update step reads, a batch ahead
         self.updates = Updates(learner, self.loader, t.precision, state, cfg.trainers)
-        self.pool: SelfPlayPool | None = selfplay_pool(t.actors, cfg.workers, self.game,
-                                                       learner, t.seed)
-        if self.pool is not None:
-            self.pool.stop, self.pool.timeout_s = t.stop, cfg.worker_timeout_s
-        self.trainers = (DataParallelTrainers(cfg.trainers, learner, t.seed, self.window)
-                         if cfg.trainers > 1 else None)
+        self.pool = t.workers_as(SelfPlayPool)  # build()'s; None: games played here
+        self.trainers: DataParallelTrainers | None = None
         self.metrics: dict[str, float] = {}
         self.learner_metrics: dict[str, Any] = {}
+
+    def start(self) -> None:
+        """The worker pool (its placement logged, as ActorQ's pool's is), then the trainer
+        ranks; `close` stops what started, however far this got."""
+        cfg, t = self.cfg, self.t
+        if self.pool is not None:
+            self.pool.stop = t.stop
+            self.pool.start()
+            report_placement(t, self.state.step, self.pool.placement())
+        if cfg.trainers > 1:
+            self.trainers = DataParallelTrainers(cfg.trainers, self.learner, t.seed,
+                                                 self.window)
 
     def going(self) -> bool:
         """Generations, moves and wall clock left."""
