@@ -17,10 +17,13 @@ from helpers import build_job
 from hetrl.algos.base import Batch, Learner
 from hetrl.compiled import toolchain
 from hetrl.compiled.choose import choose_update, compiler, job_batch
+from hetrl.compiled.scaling import GraphScaler
 from hetrl.compiled.step import GraphStep
 from hetrl.config.errors import ConfigError
 from hetrl.options import compose_job, group_options
 from hetrl.platform.measure import random_batch
+from hetrl.precision.scaling import LossScaling
+from hetrl.precision.uniform import UniformPrecision
 from hetrl.scheduler.updates import learn
 from hetrl.validation import validate
 
@@ -35,9 +38,9 @@ def _one_graph(fn):
     return torch.compile(fn, backend="eager", fullgraph=True, dynamic=False)
 
 
-def _learner(algo: str) -> tuple[Learner, dict]:
+def _learner(algo: str, *more: str) -> tuple[Learner, dict]:
     overrides = SMALL.get(algo, ("algo.hidden=[16]", "algo.batch_size=16"))
-    c = build_job(f"algo={algo}", "tracking=none", *overrides)
+    c = build_job(f"algo={algo}", "tracking=none", *overrides, *more)
     c.envs.close()
     return c.learner, c.spaces
 
@@ -97,19 +100,63 @@ def test_every_learner_updates_the_same_compiled_and_eager(algo):
         assert all(torch.allclose(e[k], c[k], rtol=1e-4, atol=1e-5) for k in e), (e, c)
 
 
-def test_a_checkpoint_moves_from_eager_to_compiled_and_back():
-    learner, spaces = _learner("dqn")
+def test_a_checkpoint_moves_from_eager_to_compiled_and_back_with_its_loss_scale():
+    """float16 with dynamic loss scaling, the scale set to overflow at first and to grow
+    every 3 clean steps: the compiled graph skips the same steps (torch.where, not a Python
+    branch: the graph is whole), backs off and grows the scale as GradScaler does, on the
+    GradScaler's own state, which the checkpoints carry between the legs."""
+    learner, spaces = _learner("dqn", "precision=fp16")
+    learner.scaler = LossScaling(init_scale=2.0**24, growth_interval=3).scaler(learner.device)
     batches = _batches(learner, spaces)
+    context = UniformPrecision("float16").autocast(learner.device)
+
+    def scales(leg: Learner, start: int) -> list[tuple[float, int]]:
+        """The scale and the skipped steps after each of 10 updates."""
+        after = []
+        for u in range(start, start + 10):
+            with context:
+                _train(leg, batches, 1, start=u)
+            after.append((leg.scaler.get_scale(), leg.skipped_steps))
+        return after
+
     eager = copy.deepcopy(learner)
-    _train(eager, batches, 30)
+    expected = scales(eager, 0) + scales(eager, 10) + scales(eager, 20)
     legs = [copy.deepcopy(learner) for _ in range(3)]  # eager, then compiled, then eager
     legs[1].compiled_step = GraphStep(legs[1], _one_graph)
+    seen = []
     for k, leg in enumerate(legs):
         if k:
             leg.restore(copy.deepcopy(legs[k - 1].checkpoint()))
-        _train(leg, batches, 10, start=10 * k)
+        seen += scales(leg, 10 * k)
+    assert seen == expected  # each update's scale and skipped steps, exactly
+    compiled = [scale for scale, _ in expected[9:20]]
+    assert any(b < a for a, b in zip(compiled, compiled[1:]))  # backed off, compiled
+    assert any(b > a for a, b in zip(compiled, compiled[1:]))  # and grown
+    assert 0 < expected[9][1] < expected[19][1] < 30
+    assert legs[-1].scaler.state_dict() == eager.scaler.state_dict()  # its growth tracker
+    # parameters: float16's rounding happens in the same ops on the same values either way,
+    # only float32's reductions may be ordered otherwise (a few float32 ulps a step)
     assert legs[-1].updates == 30
     assert _max_difference(eager, legs[-1]) < 1e-5
+
+
+def test_the_graphs_loss_scale_follows_gradscalers_rule():
+    """Factors whose products round in float32 (1.7, 0.3), and a scale that would grow past
+    float32's range: the graph's arithmetic gives torch._amp_update_scale_'s (GradScaler's
+    update) values bit for bit."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=3e38, growth_factor=1.7,
+                                  backoff_factor=0.3, growth_interval=2)
+    graph = GraphScaler(scaler, torch.device("cpu"))
+    scale, tracker = (t.clone() for t in graph.state())
+    ours, scales = (scale.clone(), tracker.clone()), []
+    for overflow in [0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0]:
+        found = torch.tensor(float(overflow))
+        torch._amp_update_scale_(scale, tracker, found, 1.7, 0.3, 2)
+        ours = graph.update(*ours, found.bool())
+        assert torch.equal(ours[0], scale) and torch.equal(ours[1], tracker)
+        scales.append(scale.item())
+    assert scales[1] == scales[0]  # 3e38 * 1.7 is past float32: no growth to inf
+    assert scales[6] > scales[4] > scales[2]  # grown after each 2 clean steps
 
 
 def test_the_update_step_counts_updates_and_the_learner_does_not():
