@@ -22,8 +22,10 @@ from hetrl.compiled.step import GraphStep
 from hetrl.config.errors import ConfigError
 from hetrl.options import compose_job, group_options
 from hetrl.platform.measure import random_batch
+from hetrl.partition.costs import Plan
+from hetrl.partition.graph import Kind
+from hetrl.precision.mixed import HardwareAwarePrecision
 from hetrl.precision.scaling import LossScaling
-from hetrl.precision.uniform import UniformPrecision
 from hetrl.scheduler.updates import learn
 from hetrl.validation import validate
 
@@ -100,29 +102,45 @@ def test_every_learner_updates_the_same_compiled_and_eager(algo):
         assert all(torch.allclose(e[k], c[k], rtol=1e-4, atol=1e-5) for k in e), (e, c)
 
 
-def test_a_checkpoint_moves_from_eager_to_compiled_and_back_with_its_loss_scale():
-    """float16 with dynamic loss scaling, the scale set to overflow at first and to grow
-    every 3 clean steps: the compiled graph skips the same steps (torch.where, not a Python
-    branch: the graph is whole), backs off and grows the scale as GradScaler does, on the
-    GradScaler's own state, which the checkpoints carry between the legs."""
-    learner, spaces = _learner("dqn", "precision=fp16")
-    learner.scaler = LossScaling(init_scale=2.0**24, growth_interval=3).scaler(learner.device)
+PLANNED = {"0": "float16", "2": "bfloat16"}
+"""A per-layer plan for DQN's Q-network (4-16-2): its first layer in float16 (loss scaling),
+its second in bfloat16 (its weights rounded to bfloat16 after each step), float32 between."""
+
+
+def _mixed(learner: Learner) -> Learner:
+    """`learner` in the PLANNED mixed plan, applied as a job applies its plan, the loss scale
+    set to overflow at first and to grow every 3 clean steps."""
+    graph = learner.task_graph(learner.batch_size)
+    dtypes = [PLANNED.get(n.layer, "float32") if n.kind is not Kind.loss else "float32"
+              for n in graph.nodes]
+    n = len(graph.nodes)
+    plan = Plan(["cpu"], [0] * n, [0.0] * n, [0.0] * n, 0.0, 0.0, "test", dtypes=dtypes)
+    scaling = LossScaling(init_scale=2.0**24, growth_interval=3)
+    HardwareAwarePrecision(["bfloat16", "float16"], scaling).apply(learner, graph, plan, None)
+    return learner
+
+
+def test_a_checkpoint_moves_from_eager_to_compiled_and_back_in_a_mixed_plan():
+    """Per-layer float16 and bfloat16 with dynamic loss scaling: the compiled graph casts
+    each layer where eager casts it, rounds the bfloat16 weights after each step as eager's
+    step hook does, skips the same steps (torch.where, not a Python branch: the graph is
+    whole), backs off and grows the scale as GradScaler does, on the GradScaler's own state,
+    which the checkpoints carry between the legs."""
+    learner, spaces = _learner("dqn")
     batches = _batches(learner, spaces)
-    context = UniformPrecision("float16").autocast(learner.device)
+    # a copy of an optimizer loses its step hooks: each leg gets the plan applied
+    eager, *legs = (_mixed(copy.deepcopy(learner)) for _ in range(4))
 
     def scales(leg: Learner, start: int) -> list[tuple[float, int]]:
         """The scale and the skipped steps after each of 10 updates."""
         after = []
         for u in range(start, start + 10):
-            with context:
-                _train(leg, batches, 1, start=u)
+            _train(leg, batches, 1, start=u)
             after.append((leg.scaler.get_scale(), leg.skipped_steps))
         return after
 
-    eager = copy.deepcopy(learner)
     expected = scales(eager, 0) + scales(eager, 10) + scales(eager, 20)
-    legs = [copy.deepcopy(learner) for _ in range(3)]  # eager, then compiled, then eager
-    legs[1].compiled_step = GraphStep(legs[1], _one_graph)
+    legs[1].compiled_step = GraphStep(legs[1], _one_graph)  # eager, compiled, eager
     seen = []
     for k, leg in enumerate(legs):
         if k:
@@ -134,8 +152,10 @@ def test_a_checkpoint_moves_from_eager_to_compiled_and_back_with_its_loss_scale(
     assert any(b > a for a, b in zip(compiled, compiled[1:]))  # and grown
     assert 0 < expected[9][1] < expected[19][1] < 30
     assert legs[-1].scaler.state_dict() == eager.scaler.state_dict()  # its growth tracker
-    # parameters: float16's rounding happens in the same ops on the same values either way,
-    # only float32's reductions may be ordered otherwise (a few float32 ulps a step)
+    weight = legs[-1].q[2].weight  # stepped by each leg, on bfloat16's grid
+    assert torch.equal(weight, weight.bfloat16().float())
+    # parameters: the 16-bit roundings happen in the same ops on values equal up to float32's
+    # reordered reductions (the functional Adam's few ulps a step)
     assert legs[-1].updates == 30
     assert _max_difference(eager, legs[-1]) < 1e-5
 

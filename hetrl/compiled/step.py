@@ -57,8 +57,8 @@ def unsupported(learner: Learner) -> str | None:
     for name, module in learner.named_modules():
         if module._forward_hooks or module._forward_pre_hooks or hasattr(module,
                                                                          "parametrizations"):
-            return (f"{name or 'the learner'} has forward hooks or parametrizations (per-layer "
-                    "precision, QAT): they run in the eager update")
+            return (f"{name or 'the learner'} has forward hooks or parametrizations (QAT): "
+                    "they run in the eager update")
     try:
         for stage in learner.stages():
             functional(getattr(learner, stage.optimizer))
@@ -169,12 +169,15 @@ class GraphStep:
         """The update function of the stages that run and the syncs (compiled)."""
         ran = [stage for stage, run in zip(stages, runs) if run]
         owned = [[self.index[id(p)] for p in self.trained[id(s)]] for s in ran]
-        update = self._update_fn(ran, syncs, owned, [self.rules[id(s)] for s in ran],
-                                 self.scaling)
+        rules = [self.rules[id(s)] for s in ran]
+        posts = [[(self.index[id(p)], fn) for params, fn in rule.post for p in params]
+                 for rule in rules]
+        update = self._update_fn(ran, syncs, owned, rules, posts, self.scaling)
         return update if self.compiler is None else self.compiler(update)
 
     def _update_fn(self, stages: list[Stage], syncs: list[TargetSync],
                    owned: list[list[str]], rules: list[FunctionalOptimizer],
+                   posts: list[list[tuple[str, Callable]]],
                    scaling: GraphScaler | None) -> Callable:
         names, call = self.names, self.call
         params = {name for name, _ in self.learner.named_parameters()}
@@ -187,7 +190,8 @@ class GraphStep:
             writes: list[tuple[torch.Tensor, torch.Tensor]] = []
             scale, tracker = scaler if scaling is not None else (None, None)
             skipped = None
-            for stage, mine, rule, state, lr in zip(stages, owned, rules, states, lrs):
+            for stage, mine, rule, post, state, lr in zip(stages, owned, rules, posts, states,
+                                                          lrs):
                 def loss_of(trained: dict[str, torch.Tensor], rest: dict[str, torch.Tensor],
                             stage: Stage = stage) -> Any:
                     # `rest` an input, not captured: a BatchNorm in training mode updates
@@ -200,18 +204,18 @@ class GraphStep:
                 grads, (_, out) = grad_and_value(loss_of, has_aux=True)(
                     trained, {k: v for k, v in live.items() if k not in trained})
                 g = [grads[name] for name in mine]
+                found = None
                 if scaling is not None:
                     g, found = scaling.unscale(g, scale)
                 if stage.max_grad_norm is not None:
                     g = clip_grad_norm(g, stage.max_grad_norm)
-                before = [live[n] for n in mine]
-                new_params, new_state = rule.step(before, g, state, lr.to(g[0].device))
+                new_params, new_state = rule.step([live[n] for n in mine], g, state,
+                                                  lr.to(g[0].device))
                 if scaling is not None:  # an overflow skips the step: GradScaler.step's rule
-                    new_params = kept(found, new_params, before)
                     new_state = {k: kept(found, new_state[k], state[k]) for k in rule.keys}
                     scale, tracker = scaling.update(scale, tracker, found)
                     skipped = found.int() if skipped is None else skipped + found.int()
-                live.update(zip(mine, new_params))
+                live.update(_stepped(live, dict(zip(mine, new_params)), post, found))
                 for key in rule.keys:
                     writes += zip(state[key], new_state[key])
                 metrics.update(out)
@@ -228,6 +232,19 @@ class GraphStep:
             return metrics, skipped
 
         return update
+
+
+def _stepped(live: dict[str, torch.Tensor], new: dict[str, torch.Tensor],
+             post: list[tuple[str, Callable]], found: torch.Tensor | None
+             ) -> dict[str, torch.Tensor]:
+    """A stage's new values: its optimizer's step hooks' rules applied (to each parameter a
+    hook names, stepped or not: the hook runs after every step), and on an overflow (`found`)
+    the values from before: the step, and its hooks, skipped."""
+    for name, rule in post:
+        new[name] = rule(new.get(name, live[name]))
+    if found is None:
+        return new
+    return dict(zip(new, kept(found, list(new.values()), [live[n] for n in new])))
 
 
 def _chosen(runs: torch.Tensor | None, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
