@@ -17,10 +17,15 @@ from helpers import build_job
 from hetrl.algos.base import Batch, Learner
 from hetrl.compiled import toolchain
 from hetrl.compiled.choose import choose_update, compiler, job_batch
+from hetrl.compiled.scaling import GraphScaler
 from hetrl.compiled.step import GraphStep
 from hetrl.config.errors import ConfigError
 from hetrl.options import compose_job, group_options
 from hetrl.platform.measure import random_batch
+from hetrl.partition.costs import Plan
+from hetrl.partition.graph import Kind
+from hetrl.precision.mixed import HardwareAwarePrecision
+from hetrl.precision.scaling import LossScaling
 from hetrl.scheduler.updates import learn
 from hetrl.validation import validate
 
@@ -35,9 +40,9 @@ def _one_graph(fn):
     return torch.compile(fn, backend="eager", fullgraph=True, dynamic=False)
 
 
-def _learner(algo: str) -> tuple[Learner, dict]:
+def _learner(algo: str, *more: str) -> tuple[Learner, dict]:
     overrides = SMALL.get(algo, ("algo.hidden=[16]", "algo.batch_size=16"))
-    c = build_job(f"algo={algo}", "tracking=none", *overrides)
+    c = build_job(f"algo={algo}", "tracking=none", *overrides, *more)
     c.envs.close()
     return c.learner, c.spaces
 
@@ -97,19 +102,81 @@ def test_every_learner_updates_the_same_compiled_and_eager(algo):
         assert all(torch.allclose(e[k], c[k], rtol=1e-4, atol=1e-5) for k in e), (e, c)
 
 
-def test_a_checkpoint_moves_from_eager_to_compiled_and_back():
+PLANNED = {"0": "float16", "2": "bfloat16"}
+"""A per-layer plan for DQN's Q-network (4-16-2): its first layer in float16 (loss scaling),
+its second in bfloat16 (its weights rounded to bfloat16 after each step), float32 between."""
+
+
+def _mixed(learner: Learner) -> Learner:
+    """`learner` in the PLANNED mixed plan, applied as a job applies its plan, the loss scale
+    set to overflow at first and to grow every 3 clean steps."""
+    graph = learner.task_graph(learner.batch_size)
+    dtypes = [PLANNED.get(n.layer, "float32") if n.kind is not Kind.loss else "float32"
+              for n in graph.nodes]
+    n = len(graph.nodes)
+    plan = Plan(["cpu"], [0] * n, [0.0] * n, [0.0] * n, 0.0, 0.0, "test", dtypes=dtypes)
+    scaling = LossScaling(init_scale=2.0**24, growth_interval=3)
+    HardwareAwarePrecision(["bfloat16", "float16"], scaling).apply(learner, graph, plan, None)
+    return learner
+
+
+def test_a_checkpoint_moves_from_eager_to_compiled_and_back_in_a_mixed_plan():
+    """Per-layer float16 and bfloat16 with dynamic loss scaling: the compiled graph casts
+    each layer where eager casts it, rounds the bfloat16 weights after each step as eager's
+    step hook does, skips the same steps (torch.where, not a Python branch: the graph is
+    whole), backs off and grows the scale as GradScaler does, on the GradScaler's own state,
+    which the checkpoints carry between the legs."""
     learner, spaces = _learner("dqn")
     batches = _batches(learner, spaces)
-    eager = copy.deepcopy(learner)
-    _train(eager, batches, 30)
-    legs = [copy.deepcopy(learner) for _ in range(3)]  # eager, then compiled, then eager
-    legs[1].compiled_step = GraphStep(legs[1], _one_graph)
+    # a copy of an optimizer loses its step hooks: each leg gets the plan applied
+    eager, *legs = (_mixed(copy.deepcopy(learner)) for _ in range(4))
+
+    def scales(leg: Learner, start: int) -> list[tuple[float, int]]:
+        """The scale and the skipped steps after each of 10 updates."""
+        after = []
+        for u in range(start, start + 10):
+            _train(leg, batches, 1, start=u)
+            after.append((leg.scaler.get_scale(), leg.skipped_steps))
+        return after
+
+    expected = scales(eager, 0) + scales(eager, 10) + scales(eager, 20)
+    legs[1].compiled_step = GraphStep(legs[1], _one_graph)  # eager, compiled, eager
+    seen = []
     for k, leg in enumerate(legs):
         if k:
             leg.restore(copy.deepcopy(legs[k - 1].checkpoint()))
-        _train(leg, batches, 10, start=10 * k)
+        seen += scales(leg, 10 * k)
+    assert seen == expected  # each update's scale and skipped steps, exactly
+    compiled = [scale for scale, _ in expected[9:20]]
+    assert any(b < a for a, b in zip(compiled, compiled[1:]))  # backed off, compiled
+    assert any(b > a for a, b in zip(compiled, compiled[1:]))  # and grown
+    assert 0 < expected[9][1] < expected[19][1] < 30
+    assert legs[-1].scaler.state_dict() == eager.scaler.state_dict()  # its growth tracker
+    weight = legs[-1].q[2].weight  # stepped by each leg, on bfloat16's grid
+    assert torch.equal(weight, weight.bfloat16().float())
+    # parameters: the 16-bit roundings happen in the same ops on values equal up to float32's
+    # reordered reductions (the functional Adam's few ulps a step)
     assert legs[-1].updates == 30
     assert _max_difference(eager, legs[-1]) < 1e-5
+
+
+def test_the_graphs_loss_scale_follows_gradscalers_rule():
+    """Factors whose products round in float32 (1.7, 0.3), and a scale that would grow past
+    float32's range: the graph's arithmetic gives torch._amp_update_scale_'s (GradScaler's
+    update) values bit for bit."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=3e38, growth_factor=1.7,
+                                  backoff_factor=0.3, growth_interval=2)
+    graph = GraphScaler(scaler, torch.device("cpu"))
+    scale, tracker = (t.clone() for t in graph.state())
+    ours, scales = (scale.clone(), tracker.clone()), []
+    for overflow in [0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0]:
+        found = torch.tensor(float(overflow))
+        torch._amp_update_scale_(scale, tracker, found, 1.7, 0.3, 2)
+        ours = graph.update(*ours, found.bool())
+        assert torch.equal(ours[0], scale) and torch.equal(ours[1], tracker)
+        scales.append(scale.item())
+    assert scales[1] == scales[0]  # 3e38 * 1.7 is past float32: no growth to inf
+    assert scales[6] > scales[4] > scales[2]  # grown after each 2 clean steps
 
 
 def test_the_update_step_counts_updates_and_the_learner_does_not():

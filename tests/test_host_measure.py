@@ -195,8 +195,7 @@ def test_a_mixed_plan_slower_than_float32_falls_back_to_float32(monkeypatch):
     assert set(c.step_plan.plan.dtypes) == {"float32"}
     metrics = c.step_plan.metrics(c.learner.batch_size)
     assert metrics["host/speedup_vs_fp32"] == 1.0  # the same computation as float32's
-    assert not any(hook for m in c.learner.critic.modules() for hook in
-                   (m._forward_pre_hooks, m._forward_hooks))  # nothing to cast
+    assert not any("forward" in vars(m) for m in c.learner.critic.modules())  # nothing cast
 
 
 def test_mixed_computes_in_one_dtype_throughout_where_that_measured_fastest(monkeypatch):
@@ -218,7 +217,7 @@ def test_mixed_computes_in_one_dtype_throughout_where_that_measured_fastest(monk
     out = c.learner.critic(obs, c.learner.actor(obs))
     assert computed_dtype(out) == torch.bfloat16 and out.dtype == torch.float32
     # one region around each network, no hooks on its layers
-    assert all(not m._forward_pre_hooks for m in c.learner.critic.net)
+    assert all("forward" not in vars(m) for m in c.learner.critic.net)
     assert c.learner.scaler is None  # no float16: no loss scaling
 
 

@@ -35,6 +35,7 @@ class FunctionalOptimizer:
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
         (group,) = optimizer.param_groups  # one group: the learners make no more
         self.group = group
+        self.post = post_step(optimizer)
 
     def init_state(self, p: torch.Tensor) -> dict[str, torch.Tensor]:
         """The state `torch.optim` would create for `p` at its first step."""
@@ -44,6 +45,19 @@ class FunctionalOptimizer:
              lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors]]:
         """The new parameters and state (nothing is written in place)."""
         raise NotImplementedError
+
+
+def post_step(optimizer: torch.optim.Optimizer
+              ) -> list[tuple[Tensors, Callable[[torch.Tensor], torch.Tensor]]]:
+    """The optimizer's step post-hooks as rules on each new value of the parameters they
+    name (a hook's `params`, its `out_of_place` rule: mixed precision's rounding of bf16
+    weights); Unsupported where a hook has no such rule, or runs before the step."""
+    pre, post = (list(optimizer._optimizer_step_pre_hooks.values()),
+                 list(optimizer._optimizer_step_post_hooks.values()))
+    for hook in [*pre, *[h for h in post if not hasattr(h, "out_of_place")]]:
+        raise Unsupported(f"{type(optimizer).__name__} has a step hook ({hook!r}) with no "
+                          "compiled form: it runs in the eager update")
+    return [(hook.params, hook.out_of_place) for hook in post]
 
 
 def _step_tensor(optimizer_fused: bool, p: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,9 @@ the eager update and this one take turns on it freely, and a checkpoint of eithe
 into the other. The update count is a tensor (no step compiles the graph again); the stages
 an update runs are chosen outside the graph, by the count: each set of them (TD3's critics
 alone, and its critics and actor) is a graph of its own, with no branch on data in it. A
-target sync's `when` is a `torch.where` choice inside the graph."""
+target sync's `when` is a `torch.where` choice inside the graph, as float16's dynamic loss
+scaling is (`hetrl.compiled.scaling`: an overflowing stage's step kept out, the scale backed
+off or grown, on the learner's GradScaler's own state)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from torch.func import functional_call, grad_and_value
 from hetrl.algos.base import Learner, Metrics
 from hetrl.algos.rule import Stage, TargetSync, due
 from hetrl.compiled.optim import FunctionalOptimizer, Unsupported, clip_grad_norm, functional
+from hetrl.compiled.scaling import GraphScaler, kept
 
 Compiler = Callable[[Callable], Callable]
 
@@ -51,13 +54,11 @@ def unsupported(learner: Learner) -> str | None:
     """Why `learner`'s update cannot run as one graph here (None: it can)."""
     if type(learner).stages is Learner.stages:
         return f"{type(learner).__name__} writes its update by hand (it declares no stages)"
-    if learner.scaler is not None:
-        return "float16 loss scaling runs in the eager update"
     for name, module in learner.named_modules():
         if module._forward_hooks or module._forward_pre_hooks or hasattr(module,
                                                                          "parametrizations"):
-            return (f"{name or 'the learner'} has forward hooks or parametrizations (per-layer "
-                    "precision, QAT): they run in the eager update")
+            return (f"{name or 'the learner'} has forward hooks or parametrizations (QAT): "
+                    "they run in the eager update")
     try:
         for stage in learner.stages():
             functional(getattr(learner, stage.optimizer))
@@ -85,6 +86,9 @@ class GraphStep:
         self.rules: dict[int, FunctionalOptimizer] = {}  # by id of the stage
         self.trained: dict[int, list[torch.Tensor]] = {}
         self.lrs: dict[int, tuple[float, torch.Tensor]] = {}
+        scaler = learner.scaler
+        self.scaling = (GraphScaler(scaler, learner.device)
+                        if scaler is not None and scaler.is_enabled() else None)
 
     def __call__(self, batch: Any) -> Metrics:
         learner = self.learner
@@ -102,10 +106,14 @@ class GraphStep:
         ran = [stage for stage, run in zip(stages, runs) if run]
         timer, learner.timer = learner.timer, _NoTimer()
         try:
-            metrics = fn(self.values, [self._state(s) for s in ran], [self._lr(s) for s in ran],
-                         self.count, _without_indices(batch))
+            metrics, skipped = fn(self.values, [self._state(s) for s in ran],
+                                  [self._lr(s) for s in ran], self.count,
+                                  self.scaling.state() if self.scaling else [],
+                                  _without_indices(batch))
         finally:
             learner.timer = timer
+        if skipped is not None:  # float16's overflowing steps, counted as eager counts them
+            learner.skipped_steps += int(skipped)
         for stage, run in zip(stages, runs):  # as eager: a skipping stage's metrics carried
             if stage.when is None:
                 continue
@@ -161,50 +169,82 @@ class GraphStep:
         """The update function of the stages that run and the syncs (compiled)."""
         ran = [stage for stage, run in zip(stages, runs) if run]
         owned = [[self.index[id(p)] for p in self.trained[id(s)]] for s in ran]
-        update = self._update_fn(ran, syncs, owned, [self.rules[id(s)] for s in ran])
+        rules = [self.rules[id(s)] for s in ran]
+        posts = [[(self.index[id(p)], fn) for params, fn in rule.post for p in params]
+                 for rule in rules]
+        update = self._update_fn(ran, syncs, owned, rules, posts, self.scaling)
         return update if self.compiler is None else self.compiler(update)
 
     def _update_fn(self, stages: list[Stage], syncs: list[TargetSync],
-                   owned: list[list[str]], rules: list[FunctionalOptimizer]) -> Callable:
+                   owned: list[list[str]], rules: list[FunctionalOptimizer],
+                   posts: list[list[tuple[str, Callable]]],
+                   scaling: GraphScaler | None) -> Callable:
         names, call = self.names, self.call
         params = {name for name, _ in self.learner.named_parameters()}
 
         def update(values: list[torch.Tensor], states: list[dict[str, list[torch.Tensor]]],
-                   lrs: list[torch.Tensor], count: torch.Tensor, batch: Any) -> Metrics:
+                   lrs: list[torch.Tensor], count: torch.Tensor, scaler: list[torch.Tensor],
+                   batch: Any) -> tuple[Metrics, torch.Tensor | None]:
             live = dict(zip(names, values))
             metrics: Metrics = {}
             writes: list[tuple[torch.Tensor, torch.Tensor]] = []
-            for stage, mine, rule, state, lr in zip(stages, owned, rules, states, lrs):
+            scale, tracker = scaler if scaling is not None else (None, None)
+            skipped = None
+            for stage, mine, rule, post, state, lr in zip(stages, owned, rules, posts, states,
+                                                          lrs):
                 def loss_of(trained: dict[str, torch.Tensor], rest: dict[str, torch.Tensor],
                             stage: Stage = stage) -> Any:
                     # `rest` an input, not captured: a BatchNorm in training mode updates
                     # its running statistics in place
                     tensors = {f"learner.{k}": v for k, v in {**rest, **trained}.items()}
-                    return functional_call(call, tensors, (stage.loss, batch, count))
+                    loss, out = functional_call(call, tensors, (stage.loss, batch, count))
+                    return (loss if scaling is None else loss * scale), out
 
                 trained = {name: live[name] for name in mine}
                 grads, (_, out) = grad_and_value(loss_of, has_aux=True)(
                     trained, {k: v for k, v in live.items() if k not in trained})
                 g = [grads[name] for name in mine]
+                found = None
+                if scaling is not None:
+                    g, found = scaling.unscale(g, scale)
                 if stage.max_grad_norm is not None:
                     g = clip_grad_norm(g, stage.max_grad_norm)
                 new_params, new_state = rule.step([live[n] for n in mine], g, state,
                                                   lr.to(g[0].device))
-                live.update(zip(mine, new_params))
+                if scaling is not None:  # an overflow skips the step: GradScaler.step's rule
+                    new_state = {k: kept(found, new_state[k], state[k]) for k in rule.keys}
+                    scale, tracker = scaling.update(scale, tracker, found)
+                    skipped = found.int() if skipped is None else skipped + found.int()
+                live.update(_stepped(live, dict(zip(mine, new_params)), post, found))
                 for key in rule.keys:
                     writes += zip(state[key], new_state[key])
                 metrics.update(out)
             for sync in syncs:
                 _sync(live, params, sync, count)
+            if scaling is not None:
+                writes += zip(scaler, (scale, tracker))
             with torch.no_grad():
                 for value, name in zip(values, names):
                     value.copy_(live[name])
                 for old, new in writes:
                     old.copy_(new)
                 count.add_(1)
-            return metrics
+            return metrics, skipped
 
         return update
+
+
+def _stepped(live: dict[str, torch.Tensor], new: dict[str, torch.Tensor],
+             post: list[tuple[str, Callable]], found: torch.Tensor | None
+             ) -> dict[str, torch.Tensor]:
+    """A stage's new values: its optimizer's step hooks' rules applied (to each parameter a
+    hook names, stepped or not: the hook runs after every step), and on an overflow (`found`)
+    the values from before: the step, and its hooks, skipped."""
+    for name, rule in post:
+        new[name] = rule(new.get(name, live[name]))
+    if found is None:
+        return new
+    return dict(zip(new, kept(found, list(new.values()), [live[n] for n in new])))
 
 
 def _chosen(runs: torch.Tensor | None, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:

@@ -10,80 +10,75 @@ is float32, so losses are computed in full precision.
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import torch
 from torch import nn
 
-from hetrl.precision.native import compute_in
+from hetrl.precision.native import context_of
 
 
 def compute_layers_in(network: nn.Module, dtypes: Mapping[str, torch.dtype]) -> None:
-    """Install hooks so that `network`'s submodule `name` computes in `dtypes[name]` (the
-    network as a whole where all its leaf layers share one dtype). The hooks are
-    module-level functions and picklable objects, so the network still pickles whole (an
-    actor pool's processes get a copy of the learner)."""
+    """Make `network`'s submodule `name` compute in `dtypes[name]` (the network as a whole
+    where all its leaf layers share one dtype), its output in float32: each such module's
+    `forward` becomes a `PlannedForward`, which a compiled update traces (a forward hook
+    pair cannot hold a context open between its two calls)."""
     device_type = next(network.parameters()).device.type
     leaves = {name for name, m in network.named_modules() if not any(m.children())}
     if len(set(dtypes.values())) == 1 and leaves <= dtypes.keys():
         # one dtype throughout: one context around the network (a region per layer costs
-        # a hook pair each, and each of its casts back to float32 one more)
+        # a call each, and each of its casts back to float32 one more)
         dtypes = {"": next(iter(dtypes.values()))}
     for name, layer in network.named_modules():
-        dtype = dtypes.get(name)
-        if dtype is None:
-            continue
-        if dtype == torch.float32:
-            layer.register_forward_pre_hook(_cast_inputs_to_float32)
+        if name in dtypes or layer is network:
+            layer.forward = PlannedForward(layer, device_type, dtypes.get(name),
+                                           float_outputs=layer is network)
+
+
+class PlannedForward:
+    """A module's forward in its planned dtype, set as the module's `forward`: float32 casts
+    what it receives to float32 (the conversion at a device boundary), a 16-bit dtype computes
+    inside `compute_in`'s context (chosen when made, entered and left within the call, so a
+    graph traces it); `float_outputs`: the network's outputs (each of several, as a
+    policy/value network's) in float32, so losses are computed in full precision. The
+    module's state dict keeps its keys, and it pickles whole (an actor pool's copy)."""
+
+    def __init__(self, module: nn.Module, device_type: str, dtype: torch.dtype | None,
+                 float_outputs: bool) -> None:
+        self.module, self.dtype, self.float_outputs = module, dtype, float_outputs
+        self.context = (None if dtype in (None, torch.float32)
+                        else context_of(device_type, dtype))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        forward = type(self.module).forward
+        if self.dtype == torch.float32:
+            args = tuple(a.float() if torch.is_tensor(a) else a for a in args)
+        if self.context is None:
+            output = forward(self.module, *args, **kwargs)
         else:
-            compute = LayerCompute(device_type, dtype)
-            layer.register_forward_pre_hook(compute.enter)
-            layer.register_forward_hook(compute.leave)
-    network.register_forward_hook(_output_to_float32)
-
-
-def _cast_inputs_to_float32(module: nn.Module, args: tuple) -> tuple:
-    return tuple(a.float() if torch.is_tensor(a) else a for a in args)
-
-
-def _output_to_float32(module: nn.Module, args: tuple,
-                       output: torch.Tensor | tuple) -> torch.Tensor | tuple:
-    """The network's output in float32 (each of several, as a policy/value network's)."""
-    if isinstance(output, tuple):
-        return tuple(o.float() if torch.is_tensor(o) else o for o in output)
-    return output.float()
-
-
-class LayerCompute:
-    """One layer's context computing in `dtype`: entered by its forward pre-hook, left by its
-    forward hook. Pickles as its device type and dtype (a live context does not)."""
-
-    def __init__(self, device_type: str, dtype: torch.dtype) -> None:
-        self.device_type, self.dtype = device_type, dtype
-        self.context: AbstractContextManager | None = None
-
-    def enter(self, module: nn.Module, args: tuple) -> None:
-        self.context = compute_in(self.device_type, self.dtype)
-        self.context.__enter__()
-
-    def leave(self, module: nn.Module, args: tuple, output: torch.Tensor) -> None:
-        if self.context is not None:
-            self.context.__exit__(None, None, None)
-            self.context = None
-
-    def __getstate__(self) -> dict:
-        return {"device_type": self.device_type, "dtype": self.dtype, "context": None}
+            with self.context():
+                output = forward(self.module, *args, **kwargs)
+        if not self.float_outputs:
+            return output
+        if isinstance(output, tuple):
+            return tuple(o.float() if torch.is_tensor(o) else o for o in output)
+        return output.float()
 
 
 class RoundToBfloat16:
-    """An optimizer step post-hook that rounds `params` to bfloat16 (picklable)."""
+    """An optimizer step post-hook that rounds `params` to bfloat16 (picklable); `out_of_place`
+    is its rule on one new value, which a compiled update applies to those parameters after
+    the optimizer's arithmetic."""
 
     def __init__(self, params: list[torch.Tensor]) -> None:
         self.params = params
 
     def __call__(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         round_to_bfloat16(self.params)
+
+    @staticmethod
+    def out_of_place(p: torch.Tensor) -> torch.Tensor:
+        return p.to(torch.bfloat16).to(p.dtype)
 
 
 @torch.no_grad()

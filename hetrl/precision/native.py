@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 from contextlib import AbstractContextManager
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -48,17 +49,23 @@ def emulates(device_type: str, dtype: torch.dtype) -> bool:
 
 
 def compute_in(device_type: str, dtype: torch.dtype) -> AbstractContextManager:
-    """The context in which matmuls and convolutions compute in `dtype` (weights stay float32):
-    autocast where the device has instructions for it, `RoundedCompute` where it would only
-    emulate them.
+    """The context in which matmuls and convolutions compute in `dtype` (see `context_of`)."""
+    return context_of(device_type, dtype)()
+
+
+def context_of(device_type: str, dtype: torch.dtype) -> Callable[[], AbstractContextManager]:
+    """What makes the context in which matmuls and convolutions compute in `dtype` (weights
+    stay float32): autocast where the device has instructions for it, `RoundedCompute` where
+    it would only emulate them. Chosen once (a compiled graph that makes the context traces
+    no look at the CPU's flags); each call makes a fresh context (picklable).
 
     Autocast's cache of weight casts is off: it keys a cast on the weight's storage, not its
     version, so a weight stepped inside the context would be read as it was before the step.
     Torch asks for autocast around forward passes only; an update steps its optimizers inside
     it (DDPG's, TD3's and D4PG's actor loss reads the critic stepped just before)."""
     if emulates(device_type, dtype):
-        return RoundedCompute(dtype)
-    return torch.autocast(device_type, dtype=dtype, cache_enabled=False)
+        return functools.partial(RoundedCompute, dtype)
+    return functools.partial(torch.autocast, device_type, dtype=dtype, cache_enabled=False)
 
 
 class RoundedCompute(TorchFunctionMode):
