@@ -27,8 +27,9 @@ def test_matd3_with_prioritized_locality_times_every_phase(tmp_path):
     phases = {k.removeprefix("phase/").removesuffix("_s") for k in result
               if k.startswith("phase/") and k.endswith("_s")}
     assert phases == PHASES | {"priority_update"}
-    # 4 rounds (at 150, 200, 250, 300 steps) of one update per trainer: 3 predators + 1 prey
-    assert result["updates"] == 4 * 4
+    # 4 updates (at 150, 200, 250, 300 steps), each training all 4 trainers (3 predators and
+    # 1 prey) at once
+    assert result["updates"] == 4
     inner = sum(result[f"phase/{p}_s"] for p in ("target_q", "q_loss", "p_loss", "target_update"))
     assert 0 < inner <= result["phase/update_s"]
 
