@@ -9,6 +9,10 @@ the next job of a sweep starts, from inductor's cache on disk).
     python benchmarks/compiled_update.py            # the issue's workloads; appends its table
                                                     # to benchmarks/results/compiled_update.jsonl
     python benchmarks/compiled_update.py --smoke    # one tiny workload, nothing written
+    python benchmarks/compiled_update.py --only MADDPG --before REV   # and each workload on
+                                                    # the code of git revision REV, in turns
+
+An MADDPG update trains every trainer, each on its own batch of 1024 (n_agents × 1024 rows).
 
 An update that cannot compile (per-layer precision hooks, float16 loss scaling) shows eager
 only, with the reason. Single-threaded, as hetrl's small-batch learners run. No JAX reference
@@ -17,15 +21,20 @@ is measured here (JAX is not installed in this project's environment)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 
 import torch
-from common import build_job, host_line, parse_args, table, write_results
+from common import ROOT, build_job, host_line, parse_args, table, write_results
 
+import hetrl
 from hetrl.algos.base import Learner
 from hetrl.build import Components
 from hetrl.compiled.choose import compiler, job_batch, last_compile, time_updates
@@ -48,6 +57,8 @@ WORKLOADS = {
     "PPO-CartPole [64,64], batch 64": ("algo=ppo",),
     "MADDPG simple_spread, 3 agents, batch 1024": ("algo=maddpg", "env=simple_spread",
                                                    "env.n_agents=3"),
+    "MADDPG simple_spread, 24 agents, batch 1024": ("algo=maddpg", "env=simple_spread",
+                                                    "env.n_agents=24"),
     "Nature-CNN DQN Breakout, batch 32": ("algo=dqn", "env=breakout", "algo.batch_size=32",
                                           "algo.buffer_size=1000"),
     "AlphaZero 32x3, 9x9, batch 64": ("algo=alphazero", "env=go9", "algo.width=32",
@@ -57,23 +68,49 @@ SMOKE = {"DQN-CartPole 4-16-2, batch 16": ("algo=dqn", "algo.hidden=[16]",
                                            "algo.batch_size=16")}
 
 
-def measure(overrides: tuple[str, ...], repeats: int) -> dict:
-    """One workload's figures (seconds), or its eager time and why it does not compile."""
+def measure(overrides: tuple[str, ...], repeats: int, compiled: bool, cached: bool) -> dict:
+    """One workload's figures (seconds; `cached`: with the cached start), or its eager time
+    and why it does not compile (`compiled` False: eager only); the rows of its batch."""
     c = _built(overrides)
     learner, device = c.learner, c.platform.device
     batch = job_batch(learner, c.spaces, c.replay)
     context = partial(c.precision.autocast, device)
-    if why := unsupported(learner):
+    rows = {"rows": learner.batch_size}
+    if why := unsupported(learner) or (None if compiled else "timed eager only"):
         eager = time_updates({"eager": lambda: learner.eager_update(batch)}, learner, context,
                              repeats=repeats)
-        return {"eager_s": eager["eager"], "why_eager": why}
+        return {"eager_s": eager["eager"], "why_eager": why, **rows}
     cache = "warm" if last_compile(learner, batch) else "cold"
     first_s = _compile(learner, batch, context)
     times = time_updates({"eager": lambda: learner.eager_update(batch),
                           "compiled": lambda: learner.compiled_step(batch)}, learner, context,
                          warmup=5, repeats=repeats)
-    return {"eager_s": times["eager"], "compiled_s": times["compiled"],
-            "compile_s": first_s, "cache": cache, "cached_start_s": _cached_start(overrides)}
+    return {"eager_s": times["eager"], "compiled_s": times["compiled"], "compile_s": first_s,
+            "cache": cache, "cached_start_s": _cached_start(overrides) if cached else None,
+            **rows}
+
+
+@contextlib.contextmanager
+def checkout(rev: str) -> Iterator[str]:
+    """A folder holding the package `hetrl` and its `conf` as they were at git revision `rev`."""
+    with tempfile.TemporaryDirectory() as tree:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "hetrl", "conf"],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+        yield tree
+
+
+def measure_before(tree: str, overrides: tuple[str, ...], repeats: int, compiled: bool) -> dict:
+    """The workload's figures on the package in `tree` (this benchmark in a new process with
+    it first on PYTHONPATH, this checkout after it: `common` then adds no other), without
+    the cached start."""
+    flags = ["--repeats", str(repeats), *([] if compiled else ["--eager-only"])]
+    out = subprocess.run([sys.executable, __file__, *flags, "--measure", *overrides],
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([tree, str(ROOT)])},
+                         capture_output=True, text=True, check=True, timeout=1800)
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    assert figures.pop("package").startswith(tree), "the code measured is not REV's"
+    return figures
 
 
 def _built(overrides: tuple[str, ...] | list[str]) -> Components:
@@ -109,11 +146,25 @@ def compile_only(overrides: list[str]) -> None:
 
 
 def row(name: str, m: dict) -> list[str]:
-    eager = f"{1e6 * m['eager_s']:,.0f}"
+    eager, rows = f"{1e6 * m['eager_s']:,.0f}", f"{m['rows']:,}"
     if "compiled_s" not in m:
-        return [name, eager, "—", "—", "—", "—", f"eager only: {m['why_eager']}"]
-    return [name, eager, f"{1e6 * m['compiled_s']:,.0f}", f"{m['eager_s'] / m['compiled_s']:.2f}x",
-            f"{m['compile_s']:.1f} ({m['cache']})", f"{m['cached_start_s']:.1f}", ""]
+        return [name, rows, eager, "—", "—", "—", "—", f"eager only: {m['why_eager']}"]
+    cached = "—" if m["cached_start_s"] is None else f"{m['cached_start_s']:.1f}"
+    return [name, rows, eager, f"{1e6 * m['compiled_s']:,.0f}",
+            f"{m['eager_s'] / m['compiled_s']:.2f}x", f"{m['compile_s']:.1f} ({m['cache']})",
+            cached, ""]
+
+
+def measure_all(workloads: dict[str, tuple[str, ...]], args: argparse.Namespace,
+                tree: str | None) -> dict[str, dict]:
+    """Each workload's figures; with `tree` (--before), first on the code there, in turns."""
+    results = {}
+    for name, overrides in workloads.items():
+        if tree is not None:
+            results[f"{name} [before {args.before}]"] = measure_before(
+                tree, overrides, args.repeats, not (args.eager_only or args.before_eager))
+        results[name] = measure(overrides, args.repeats, not args.eager_only, True)
+    return results
 
 
 def main() -> None:
@@ -121,20 +172,31 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="one tiny workload, no results")
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--only", nargs="*", default=None, help="workloads whose name has these")
+    parser.add_argument("--eager-only", action="store_true", help="time the eager update only")
+    parser.add_argument("--before", metavar="REV", help="each workload on the code of git "
+                        "revision REV too (in a new process), before this code's")
+    parser.add_argument("--before-eager", action="store_true",
+                        help="REV's update eager only (MADDPG before d030873 compiled a graph "
+                             "per trainer: 24 compiles at 24 agents)")
     parser.add_argument("--compile-only", nargs="*", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--measure", nargs="*", default=None, help=argparse.SUPPRESS)
     args = parse_args(parser)
     torch.set_num_threads(1)
     if args.compile_only is not None:
         return compile_only(args.compile_only)
+    if args.measure is not None:  # one workload, for --before: its figures as JSON
+        figures = measure(tuple(args.measure), args.repeats, not args.eager_only, False)
+        return print(json.dumps({**figures, "package": hetrl.__file__}))
     workloads = SMOKE if args.smoke else WORKLOADS
     if args.only:
         workloads = {k: v for k, v in workloads.items() if any(o in k for o in args.only)}
-    repeats = 5 if args.smoke else args.repeats
+    args.repeats = 5 if args.smoke else args.repeats
     print(host_line(), f"\ninductor cache: {cache_dir()}")
-    results = {name: measure(overrides, repeats) for name, overrides in workloads.items()}
-    table(["workload", "eager µs", "compiled µs", "speedup", "first compile s", "cached start s",
-           "note"], [row(name, m) for name, m in results.items()],
-          title="One update, eager vs compiled (median, 1 thread)", align="lrrrrrl")
+    with checkout(args.before) if args.before else contextlib.nullcontext() as tree:
+        results = measure_all(workloads, args, tree)
+    table(["workload", "rows", "eager µs", "compiled µs", "speedup", "first compile s",
+           "cached start s", "note"], [row(name, m) for name, m in results.items()],
+          title="One update, eager vs compiled (median, 1 thread)", align="lrrrrrrl")
 
 
 if __name__ == "__main__":

@@ -4,14 +4,25 @@ sweep, optimized samplers get a reward error against uniform, and MADDPG learns.
 
 from __future__ import annotations
 
+import copy
+
+import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from helpers import (NOT_MEASURED, compose_job, hetrl_cli, metric_history, mlflow_runs, run_job,
                      tracking_uri)
 from mlflow.tracking import MlflowClient
 
+from hetrl.algos.base import Batch
+from hetrl.algos.ensemble import Ensemble, by_shape
+from hetrl.algos.maddpg import MADDPG
+from hetrl.algos.matd3 import MATD3
+from hetrl.compiled.step import GraphStep
 from hetrl.config.errors import ConfigError
 from hetrl.envs.mpe import MpeVectorEnv
+from hetrl.platform.measure import random_batch
+from hetrl.scheduler.updates import learn
 from hetrl.tracking.reward_error import reference_job
 from hetrl.validation import validate
 
@@ -27,8 +38,9 @@ def test_matd3_with_prioritized_locality_times_every_phase(tmp_path):
     phases = {k.removeprefix("phase/").removesuffix("_s") for k in result
               if k.startswith("phase/") and k.endswith("_s")}
     assert phases == PHASES | {"priority_update"}
-    # 4 rounds (at 150, 200, 250, 300 steps) of one update per trainer: 3 predators + 1 prey
-    assert result["updates"] == 4 * 4
+    # 4 updates (at 150, 200, 250, 300 steps), each training all 4 trainers (3 predators and
+    # 1 prey) at once
+    assert result["updates"] == 4
     inner = sum(result[f"phase/{p}_s"] for p in ("target_q", "q_loss", "p_loss", "target_update"))
     assert 0 < inner <= result["phase/update_s"]
 
@@ -118,3 +130,69 @@ def test_maddpg_beats_a_random_team_on_simple_spread(tmp_path):
     curve = metric_history(tmp_path, result["run_id"], "return_mean_100")
     assert curve[0][1] < bar  # it starts unsolved
     assert result["return_mean_100"] >= bar, curve
+
+
+def _unequal_agents(algo: type[MADDPG], **extra) -> tuple[MADDPG, list[Batch]]:
+    """A small learner of simple_tag's kind: two agents of one shape (6 features, 5 moves)
+    and one of another (4 features, zero-padded to 6, and 3 moves); batches of its shapes."""
+    high = np.ones((3, 6), dtype=np.float32)
+    high[2, 4:] = 0  # the padding has bounds [0, 0]
+    obs_space = gym.spaces.Box(-high, high)
+    act_space = gym.spaces.MultiDiscrete([5, 5, 3])
+    learner = algo(obs_space, act_space, tau=0.1, max_grad_norm=0.5, policy_reg=1e-3,
+                   batch_size=8, buffer_size=64, learning_starts=0, train_freq=1,
+                   gradient_steps=1, device=torch.device("cpu"), hidden=[16], lr=0.01,
+                   gamma=0.95, **extra)
+    batches = [random_batch(learner, obs_space, act_space, learner.batch_size, learner.device,
+                            seed=seed) for seed in range(2)]
+    return learner, batches
+
+
+def test_ensemble_runs_each_network_on_its_own_input_and_trains_it():
+    torch.manual_seed(0)
+    nets = [torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+            for _ in range(3)]
+    x = torch.randn(3, 5, 4)
+    out = Ensemble(nets[0])(nets, x)
+    assert torch.allclose(out, torch.stack([net(x[k]) for k, net in enumerate(nets)]),
+                          atol=1e-6)
+    out.pow(2).sum().backward()
+    for k, net in enumerate(nets):
+        grads = torch.autograd.grad(net(x[k]).pow(2).sum(), list(net.parameters()))
+        assert all(torch.allclose(p.grad, g, atol=1e-6) for p, g in zip(net.parameters(), grads))
+    assert by_shape([(6, 5), (6, 5), (4, 3), (6, 5)]) == [[0, 1, 3], [2]]
+
+
+@pytest.mark.parametrize("algo, extra", [
+    (MADDPG, {}), (MATD3, {"policy_delay": 2, "target_noise": 0.2, "target_noise_clip": 0.5})])
+def test_one_update_trains_every_trainer_on_its_own_rows(algo, extra):
+    """One update moves every agent's networks (a trainer each, on its own 8 rows of the
+    24), agents of unequal shapes included, the same eager and through the functional
+    update; trainer 0's gradient reads its own rows only."""
+    learner, batches = _unequal_agents(algo, **extra)
+    assert learner.batch_size == 3 * 8 and learner.actor_groups == [[0, 1], [2]]
+    eager, functional = copy.deepcopy(learner), copy.deepcopy(learner)
+    functional.compiled_step = GraphStep(functional, None)
+    for u in range(4):
+        for trained in (eager, functional):
+            torch.manual_seed(u)
+            learn(trained, batches[u % 2])
+    before, after = learner.state_dict(), eager.state_dict()
+    for name in ("actors", "critics", "actor_targets", "critic_targets"):
+        for i in range(3):
+            assert not torch.equal(before[f"{name}.{i}.0.weight"], after[f"{name}.{i}.0.weight"])
+    assert max((a - b).abs().max().item() for a, b in zip(after.values(),
+                                                          functional.state_dict().values())
+               if a.is_floating_point()) < 1e-5
+
+    def first_critic_grads(batch: Batch) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        loss, _ = learner.critic_loss(batch, 0)
+        return torch.autograd.grad(loss, [learner.critics[0][0].weight,
+                                          learner.critics[1][0].weight])
+
+    batch = batches[0]
+    others = batch._replace(rewards=torch.cat([batch.rewards[:8], batch.rewards[8:] + 1.0]))
+    own_grads, other_grads = first_critic_grads(batch), first_critic_grads(others)
+    assert torch.equal(own_grads[0], other_grads[0])  # rows 8-23 are the other trainers'
+    assert not torch.equal(own_grads[1], other_grads[1])

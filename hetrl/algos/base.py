@@ -10,7 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from hetrl.algos.rule import Metrics, Stage, TargetSync, due, stage_loss, sync_target
+from hetrl.algos.rule import (Metrics, Stage, TargetSync, clip_groups, due, stage_loss,
+                              sync_target)
 from hetrl.config.enums import ActionSpace, Agents
 from hetrl.timing import PhaseTimer
 
@@ -151,11 +152,6 @@ class Learner(nn.Module):
         """The updates a budget of `steps` env steps makes (None: the loop decides)."""
         return None
 
-    def graph_key(self) -> int:
-        """Which of the update's forms the next update takes, where its stages change from
-        update to update (MADDPG's trainers take turns): each form compiles its own graph."""
-        return 0
-
     def update(self, batch: Any) -> Metrics:
         """One update by the declared rule, compiled where a compiled step is installed;
         returns detached tensors (no host sync here)."""
@@ -173,7 +169,8 @@ class Learner(nn.Module):
                 continue
             loss, out = (self.split_loss or stage_loss)(self, stage, batch, count)
             with self.timer(stage.phase) if stage.phase else nullcontext():
-                self.optimize(getattr(self, stage.optimizer), loss, stage.max_grad_norm)
+                self.optimize(getattr(self, stage.optimizer), loss, stage.max_grad_norm,
+                              clip_groups(self, stage))
             if stage.when is not None:
                 self.carry(out)
             metrics.update(out)
@@ -200,12 +197,15 @@ class Learner(nn.Module):
         return {**super().__getstate__(), "compiled_step": None, "split_loss": None}
 
     def optimize(
-        self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float | None = None
+        self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, max_grad_norm: float | None = None,
+        groups: list[list[nn.Parameter]] | None = None,
     ) -> None:
         """Backward and step, through the loss scaler when float16 asks for one: an
         overflowing step is skipped, the weights stay as they were, and it is counted. The
         old gradients are dropped as `zero_grad(set_to_none=True)` drops them, without its
-        profiler record (a small update pays for each call's bookkeeping, not its work)."""
+        profiler record (a small update pays for each call's bookkeeping, not its work).
+        `groups`: the parameters whose gradient norms are clipped each on its own (None:
+        all of the optimizer's together)."""
         scaler = self.scaler
         params = [p for group in optimizer.param_groups for p in group["params"]]
         for p in params:
@@ -214,7 +214,8 @@ class Learner(nn.Module):
         if max_grad_norm is not None:
             if scaler is not None:
                 scaler.unscale_(optimizer)
-            clip_grad_norm_(params, max_grad_norm)
+            for group in groups or [params]:
+                clip_grad_norm_(group, max_grad_norm)
         if scaler is None:
             optimizer.step()
             return

@@ -1,6 +1,7 @@
 """MATD3 (Ackermann et al. 2019): MADDPG plus twin critics per agent (the target takes their
 minimum), target smoothing (clipped Gaussian noise on the target's soft actions, extract E.2)
-and actor and target updates once every `policy_delay` updates of a trainer."""
+and actor and target updates once every `policy_delay` updates (each update trains every
+trainer: `hetrl.algos.maddpg`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 from torch import nn
 
 from hetrl.algos.base import Batch
-from hetrl.algos.maddpg import MADDPG
+from hetrl.algos.maddpg import MADDPG, own
 from hetrl.algos.networks import adam, frozen_copy, mlp
 from hetrl.algos.rule import Metrics, Stage, TargetSync
 
@@ -38,11 +39,11 @@ class MATD3(MADDPG):
                                      self.lr)
 
     def delayed(self, count: object) -> object:
-        """Whether the trainers' actors and targets update in this round of updates."""
-        return (count // self.n_agents) % self.policy_delay == 0
+        """Whether the trainers' actors and targets update in this update."""
+        return count % self.policy_delay == 0
 
     def stages(self) -> list[Stage]:
-        """Both critics' step every update, the actor's in every `policy_delay`-th round."""
+        """Both critics' step every update, the actor's in every `policy_delay`-th."""
         critic, actor = super().stages()
         return [critic, replace(actor, when=self.delayed, carried=("actor_loss",))]
 
@@ -50,27 +51,26 @@ class MATD3(MADDPG):
         return (f"critics.{i}", f"critics2.{i}")
 
     def targets(self) -> list[TargetSync]:
-        i = self.graph_key()
-        return [TargetSync(f"{target}.{i}", f"{online}.{i}", self.tau, when=self.delayed)
+        return [TargetSync(target, online, self.tau, when=self.delayed)
                 for target, online in (("critic_targets", "critics"),
                                        ("critic2_targets", "critics2"),
                                        ("actor_targets", "actors"))]
 
-    def critic_loss(self, i: int, batch: Batch, count: object) -> tuple[torch.Tensor, Metrics]:
-        """Both of trainer i's critics against the smaller target critic's bootstrap of the
-        smoothed target actions."""
+    def critic_loss(self, batch: Batch, count: object) -> tuple[torch.Tensor, Metrics]:
+        """Both critics of each trainer against the smaller target critic's bootstrap of the
+        smoothed target actions, on its own mini-batch."""
+        b = self.by_trainer(batch)
         with self.timer("target_q"), torch.no_grad():
             next_actions = [
                 a + (torch.randn_like(a) * self.target_noise).clamp(-self.target_noise_clip,
                                                                     self.target_noise_clip)
-                for a in self._soft_actions(self.actor_targets, batch.next_obs)
+                for a in self._soft_actions(self.actor_targets, b.next_obs)
             ]
-            joint_next = self._joint(batch.next_obs, next_actions)
-            next_q = torch.min(self.critic_targets[i](joint_next),
-                               self.critic2_targets[i](joint_next)).squeeze(1)
-            td_target = batch.rewards[:, i] + self.gamma * (1.0 - batch.terminated[:, i]) * next_q
+            joint_next = self._joint(b.next_obs, next_actions)
+            next_q = torch.min(self._q(self.critic_targets, joint_next),
+                               self._q(self.critic2_targets, joint_next))
+            td_target = own(b.rewards) + self.gamma * (1.0 - own(b.terminated)) * next_q
         with self.timer("q_loss"):
-            joint = self._joint(batch.obs, self._one_hot(batch.actions))
-            q1 = self.critics[i](joint).squeeze(1)
-            q2 = self.critics2[i](joint).squeeze(1)
-            return self._critic_metrics(q1 - td_target, q1, batch, q2 - td_target)
+            joint = self._joint(b.obs, self._one_hot(b.actions))
+            q1, q2 = self._q(self.critics, joint), self._q(self.critics2, joint)
+            return self._critic_metrics(q1 - td_target, q1, b, q2 - td_target)

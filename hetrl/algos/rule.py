@@ -37,9 +37,9 @@ class Stage:
     max_grad_norm: float | None = None
     frozen: tuple[str, ...] = ()
     when: Callable[[Any], Any] | None = None
-    # the submodules whose parameters the stage trains, where its optimizer holds more (an
-    # optimizer of every agent's network, of which one agent's trainer steps its own)
-    trains: tuple[str, ...] = ()
+    # the submodules (paths) of each group of parameters whose gradient norm is clipped on
+    # its own: MADDPG's trainers, each of its agent's networks (empty: all together)
+    clip_each: tuple[tuple[str, ...], ...] = ()
     carried: tuple[str, ...] = ()  # with `when`: the metrics reported between its runs
     # the phase its backward and optimizer step are timed under (the loss may time its own
     # parts: MADDPG's target_q, then q_loss)
@@ -76,6 +76,15 @@ def stage_loss(learner: nn.Module, stage: Stage, batch: Any,
         for name in stage.frozen:
             stack.enter_context(frozen(learner.get_submodule(name)))
         return stage.loss(batch, count)
+
+
+def clip_groups(learner: nn.Module, stage: Stage) -> list[list[nn.Parameter]] | None:
+    """The groups of the stage's parameters whose gradient norms are clipped each on its own,
+    one per entry of `stage.clip_each` (None: all the stage trains, together)."""
+    if not stage.clip_each:
+        return None
+    return [[p for path in group for p in learner.get_submodule(path).parameters()]
+            for group in stage.clip_each]
 
 
 @torch.no_grad()

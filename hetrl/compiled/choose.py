@@ -77,7 +77,8 @@ def compiler(device: torch.device) -> Callable[[Callable], Callable]:
     drawn as eager draws them (the same run, compiled or not); on CUDA, captured as a CUDA
     graph (`reduce-overhead`)."""
     mode = "reduce-overhead" if device.type == "cuda" else None
-    # MADDPG compiles a graph per trainer, of one function: past dynamo's default of 8
+    # every form of every learner's update in a process (TD3's two, a benchmark's workloads)
+    # is a graph of one function: past dynamo's default of 8
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     return lambda fn: torch.compile(fn, fullgraph=True, dynamic=False, mode=mode,
                                     options=None if mode else {"fallback_random": True})

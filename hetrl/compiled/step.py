@@ -24,7 +24,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value
 
 from hetrl.algos.base import Learner, Metrics
-from hetrl.algos.rule import Stage, TargetSync, due
+from hetrl.algos.rule import Stage, TargetSync, clip_groups, due
 from hetrl.compiled.optim import FunctionalOptimizer, Unsupported, clip_grad_norm, functional
 from hetrl.compiled.scaling import GraphScaler, kept
 
@@ -69,8 +69,7 @@ def unsupported(learner: Learner) -> str | None:
 
 class GraphStep:
     """`learner`'s update as one function, compiled by `compiler` (None: run as it is). An
-    update's form is the learner's `graph_key()` (MADDPG's trainer takes turns) and the
-    stages due on its count: each form gets a graph of its own."""
+    update's form is the set of stages due on its count: each form gets a graph of its own."""
 
     def __init__(self, learner: Learner, compiler: Compiler | None) -> None:
         self.learner, self.compiler = learner, compiler
@@ -81,10 +80,11 @@ class GraphStep:
         self.index = {id(t): name for name, t in named}
         self.count = torch.zeros((), dtype=torch.int64, device=learner.device)
         self.expected = -1
-        self.fns: dict[tuple[int, tuple[bool, ...]], Callable] = {}
-        self.declared: dict[int, tuple[list[Stage], list[TargetSync]]] = {}
+        self.fns: dict[tuple[bool, ...], Callable] = {}
+        self.declared: tuple[list[Stage], list[TargetSync]] | None = None
         self.rules: dict[int, FunctionalOptimizer] = {}  # by id of the stage
         self.trained: dict[int, list[torch.Tensor]] = {}
+        self.clips: dict[int, list[list[int]]] = {}  # positions in `trained`, clipped apart
         self.lrs: dict[int, tuple[float, torch.Tensor]] = {}
         scaler = learner.scaler
         self.scaling = (GraphScaler(scaler, learner.device)
@@ -92,14 +92,13 @@ class GraphStep:
 
     def __call__(self, batch: Any) -> Metrics:
         learner = self.learner
-        key = learner.graph_key()
-        if key not in self.declared:
-            self._declare(key, learner.stages(), learner.targets())
-        stages, syncs = self.declared[key]
+        if self.declared is None:
+            self._declare(learner.stages(), learner.targets())
+        stages, syncs = self.declared
         runs = tuple(due(stage.when, learner.updates) for stage in stages)
-        fn = self.fns.get((key, runs))
+        fn = self.fns.get(runs)
         if fn is None:
-            fn = self.fns[key, runs] = self._make(stages, runs, syncs)
+            fn = self.fns[runs] = self._make(stages, runs, syncs)
         if learner.updates != self.expected:  # restored, or counted elsewhere
             self.count.fill_(learner.updates)
         self.expected = learner.updates + 1
@@ -127,13 +126,14 @@ class GraphStep:
     def _optimizer(self, stage: Stage) -> torch.optim.Optimizer:
         return getattr(self.learner, stage.optimizer)
 
-    def _trained(self, stage: Stage) -> list[torch.Tensor]:
-        """The parameters the stage steps: its optimizer's (under `stage.trains`, if given)."""
-        params = self._optimizer(stage).param_groups[0]["params"]
-        if not stage.trains:
-            return params
-        prefixes = tuple(f"{path}." for path in stage.trains)
-        return [p for p in params if self.index[id(p)].startswith(prefixes)]
+    def _clips(self, stage: Stage) -> list[list[int]]:
+        """The positions, among the stage's parameters, of each group clipped on its own."""
+        params = self.trained[id(stage)]
+        groups = clip_groups(self.learner, stage)
+        if groups is None:
+            return [list(range(len(params)))]
+        at = {id(p): k for k, p in enumerate(params)}
+        return [[at[id(p)] for p in group] for group in groups]
 
     def _state(self, stage: Stage) -> dict[str, list[torch.Tensor]]:
         """The stage's optimizer state tensors by key, made as torch makes them if absent."""
@@ -153,16 +153,17 @@ class GraphStep:
             self.lrs[id(stage)] = (lr, tensor)
         return tensor
 
-    def _declare(self, key: int, stages: list[Stage], syncs: list[TargetSync]) -> None:
-        """Keep the learner's declaration of form `key`, each stage's optimizer rule, learning
-        rate and trained parameters."""
-        self.declared[key] = (stages, syncs)
+    def _declare(self, stages: list[Stage], syncs: list[TargetSync]) -> None:
+        """Keep the learner's declaration, each stage's optimizer rule, learning rate, trained
+        parameters and their groups clipped apart."""
+        self.declared = (stages, syncs)
         for stage in stages:
             optimizer = self._optimizer(stage)
             self.rules[id(stage)] = functional(optimizer)
             lr = optimizer.param_groups[0]["lr"]
             self.lrs[id(stage)] = (lr, torch.tensor(lr, dtype=torch.float64))
-            self.trained[id(stage)] = self._trained(stage)
+            self.trained[id(stage)] = optimizer.param_groups[0]["params"]
+            self.clips[id(stage)] = self._clips(stage)
 
     def _make(self, stages: list[Stage], runs: tuple[bool, ...],
               syncs: list[TargetSync]) -> Callable:
@@ -172,13 +173,15 @@ class GraphStep:
         rules = [self.rules[id(s)] for s in ran]
         posts = [[(self.index[id(p)], fn) for params, fn in rule.post for p in params]
                  for rule in rules]
-        update = self._update_fn(ran, syncs, owned, rules, posts, self.scaling)
+        update = self._update_fn(ran, syncs, owned, rules, posts, self.scaling,
+                                 [self.clips[id(s)] for s in ran])
         return update if self.compiler is None else self.compiler(update)
 
     def _update_fn(self, stages: list[Stage], syncs: list[TargetSync],
                    owned: list[list[str]], rules: list[FunctionalOptimizer],
                    posts: list[list[tuple[str, Callable]]],
-                   scaling: GraphScaler | None) -> Callable:
+                   scaling: GraphScaler | None,
+                   clips: list[list[list[int]]]) -> Callable:
         names, call = self.names, self.call
         params = {name for name, _ in self.learner.named_parameters()}
 
@@ -190,8 +193,8 @@ class GraphStep:
             writes: list[tuple[torch.Tensor, torch.Tensor]] = []
             scale, tracker = scaler if scaling is not None else (None, None)
             skipped = None
-            for stage, mine, rule, post, state, lr in zip(stages, owned, rules, posts, states,
-                                                          lrs):
+            for stage, mine, rule, post, state, lr, clip in zip(stages, owned, rules, posts,
+                                                                states, lrs, clips):
                 def loss_of(trained: dict[str, torch.Tensor], rest: dict[str, torch.Tensor],
                             stage: Stage = stage) -> Any:
                     # `rest` an input, not captured: a BatchNorm in training mode updates
@@ -208,7 +211,7 @@ class GraphStep:
                 if scaling is not None:
                     g, found = scaling.unscale(g, scale)
                 if stage.max_grad_norm is not None:
-                    g = clip_grad_norm(g, stage.max_grad_norm)
+                    g = _clipped(g, clip, stage.max_grad_norm)
                 new_params, new_state = rule.step([live[n] for n in mine], g, state,
                                                   lr.to(g[0].device))
                 if scaling is not None:  # an overflow skips the step: GradScaler.step's rule
@@ -245,6 +248,17 @@ def _stepped(live: dict[str, torch.Tensor], new: dict[str, torch.Tensor],
     if found is None:
         return new
     return dict(zip(new, kept(found, list(new.values()), [live[n] for n in new])))
+
+
+def _clipped(grads: list[torch.Tensor], groups: list[list[int]],
+             max_norm: float) -> list[torch.Tensor]:
+    """`grads` with each group's (positions in them) norm clipped to `max_norm` on its own."""
+    out = list(grads)
+    for group in groups:
+        out_group = clip_grad_norm([grads[k] for k in group], max_norm)
+        for k, g in zip(group, out_group):
+            out[k] = g
+    return out
 
 
 def _chosen(runs: torch.Tensor | None, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:

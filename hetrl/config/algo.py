@@ -130,8 +130,9 @@ class D4PGConfig(DDPGConfig):
 @dataclass
 class MADDPGConfig(AlgoConfig):
     """MADDPG with the MARL paper's settings (extract B.3): `train_freq` env steps between
-    update rounds, `gradient_steps` rounds each, a round updating every agent's trainer once
-    on its own mini-batch; updates start at batch × episode length stored transitions."""
+    update rounds, `gradient_steps` rounds each, a round (one update) training every agent's
+    trainer on its own mini-batch of `batch_size`; updates start at batch × episode length
+    stored transitions."""
 
     tau: float = MISSING
     max_grad_norm: float = MISSING

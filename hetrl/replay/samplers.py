@@ -48,15 +48,18 @@ class LocalitySampler(UniformSampler):
     """Cache-locality-aware sampling (MARL paper, Algorithm 1): `refs` reference slots
     drawn uniformly, each followed by a window of `neighbors` contiguous slots (itself
     included). Windows wrap at the ring's seam, so every stored slot is equally likely and
-    no weights are needed."""
+    no weights are needed. A batch of k mini-batches (MADDPG's update: one per trainer)
+    takes k × `refs` windows."""
 
     def __init__(self, refs: int, neighbors: int) -> None:
         self.refs, self.neighbors = refs, neighbors
 
     def sample(self, n: int, size: int) -> tuple[np.ndarray, np.ndarray | None]:
-        if self.refs * self.neighbors != n:
-            raise ValueError(f"refs × neighbors = {self.refs * self.neighbors}, batch {n}")
-        return windows(np.random.randint(size, size=self.refs), self.neighbors, size), None
+        if n % (self.refs * self.neighbors):
+            raise ValueError(f"refs × neighbors = {self.refs * self.neighbors} does not divide "
+                             f"batch {n}")
+        refs = np.random.randint(size, size=n // self.neighbors)
+        return windows(refs, self.neighbors, size), None
 
 
 class PrioritizedSampler(UniformSampler):

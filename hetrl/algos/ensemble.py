@@ -1,0 +1,41 @@
+"""Networks of one shape run as one call, as LeanRL runs its Q-networks: their parameters
+stacked along a new first dimension and one template network mapped over the stack by
+`torch.func.vmap`. The networks stay the learner's own modules (what checkpoints, targets,
+actors and optimizers hold); the stack is made from their parameters at each call, so
+autograd takes each network's gradient to its own parameters, and the compiled update
+(which calls the learner on its functional tensors) stacks those."""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from typing import Hashable, Sequence
+
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+
+
+class Ensemble:
+    """Runs networks shaped as `template` as one vmapped call (the template's own weights are
+    never used: it is kept on the meta device)."""
+
+    def __init__(self, template: nn.Module) -> None:
+        self.template = copy.deepcopy(template).to("meta")
+
+    def __call__(self, networks: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
+        """Network k on `x[k]`: (G, ...) inputs for G networks, stacked outputs."""
+        named = [dict(net.named_parameters()) for net in networks]
+        stacked = {name: torch.stack([params[name] for params in named]) for name in named[0]}
+        return vmap(self._one)(stacked, x)
+
+    def _one(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.template, params, (x,))
+
+
+def by_shape(shapes: Sequence[Hashable]) -> list[list[int]]:
+    """The indices of equal `shapes`, grouped (in order of first appearance)."""
+    groups: dict[Hashable, list[int]] = defaultdict(list)
+    for i, shape in enumerate(shapes):
+        groups[shape].append(i)
+    return list(groups.values())
