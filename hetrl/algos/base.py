@@ -108,6 +108,8 @@ class Learner(nn.Module):
         self.carried_metrics: Metrics = {}
         # the compiled update (`hetrl.compiled`), when one is installed: `update` runs it
         self.compiled_step: Callable[[Any], Metrics] | None = None
+        # whether actors compile their copy of the policy's forward (`hetrl.compiled.acting`)
+        self.compile_acting = False
         # the update's own phases (`with self.timer("q_loss"):`), added up where the
         # scheduler points them (`time_phases`) next to the loop's phases
         self.timer = PhaseTimer({})
