@@ -34,6 +34,14 @@ Everything is measured in this process on this host; nothing is copied from else
    fp32 return and, per precision, the mean over seeds of |E| and of the signed E =
    (R_fp32 - R_q)/|R_fp32| x 100, beside the paper's Table 1 figure for the same row.
 
+3. The compiled acting path (`--part acting`, issue 38 item 5). For the seeds' nets (DQN
+   CartPole 4-64-64-2 and 4-256-256-2, the DDPG Pendulum actor 3-400-300-1) at each actor
+   batch (`--acting-rows`, env.n_envs) and actor precision: the policy forward eager and
+   compiled by inductor, timed as `compile=true` times it while a job is built, with the
+   compile time, or why it cannot compile (torch.ao's int8 and fp16 kernels); and where it
+   compiles, an ActorWorker's env steps/s with the eager against the compiled forward, their
+   chunks taking turns.
+
 Goals (issue 5): int8 >= 2x faster inference on the 3x2048 policy; mean int8 PTQ error <= 5%.
 """
 
@@ -55,7 +63,9 @@ from common import (build_job, host_line, load_average, median_seconds, parse_ar
 from torch import nn
 
 from hetrl import checkpoint
+from hetrl.actors.worker import ActorWorker, cpu_copy
 from hetrl.algos.networks import ACTORQ_POLICY_HIDDEN, Actor, nature_cnn
+from hetrl.compiled.acting import choose_acting
 from hetrl.evaluation import ptq_metrics, ptq_returns
 from hetrl.quant import (QuantSpec, compress_state_dict, load_into, payload_bytes,
                          quantize_policy)
@@ -203,10 +213,74 @@ def ptq_suite(args: argparse.Namespace) -> None:
     table(["task", "fp32 return", *(f"{n} mean abs E (signed)" for n in SPECS),
            "paper (Table 1)"], rows, "PTQ reward error E, mean over seeds")
 
+# ---- 3. the compiled acting path ---------------------------------------------------------
+
+ACTING_JOBS = {"DQN CartPole 4-64-64-2": ["algo=dqn", "env=cartpole", "algo.hidden=[64,64]"],
+               "DQN CartPole 4-256-256-2": ["algo=dqn", "env=cartpole", "algo.hidden=[256,256]"],
+               "DDPG Pendulum actor 3-400-300-1": ["algo=ddpg", "env=pendulum"]}
+ACTING_SPECS = {"fp32": QuantSpec(), **SPECS}
+
+
+def acting_suite(args: argparse.Namespace) -> None:
+    """Per seed network, actor batch (env.n_envs rows) and precision: the policy forward eager
+    and compiled (inductor) as `compile=true` times it at build (hetrl.compiled.acting: the
+    median of 15 turns each), and an ActorWorker's env steps/s eager against compiled, the
+    two workers' chunks of `--acting-steps` vector-env steps taking turns (median of 5)."""
+    rows = []
+    for label, overrides in ACTING_JOBS.items():
+        if args.smoke and rows:
+            break
+        for n_envs in args.acting_rows:
+            c = build_job(*overrides, f"env.n_envs={n_envs}", "tracking=none")
+            c.envs.close()
+            probe = cpu_copy(c.learner)
+            obs = probe.obs_tensor(c.make_envs().observation_space.sample())
+            for name, spec in ACTING_SPECS.items():
+                torch._dynamo.reset()  # each row's compiles from the kernel cache, none spent
+                choice = choose_acting(probe.policy(), spec, obs, "true", 0, 1)
+                rows.append((label, n_envs, name, *_acting_row(c, spec, choice, args)))
+                print(f"  {label} rows={n_envs} {name}: {choice.line()}", flush=True)
+    table(["network", "rows", "actors", "forward eager", "forward compiled", "speedup",
+           "compile s", "env steps/s eager", "env steps/s compiled", "ratio"], rows,
+          "Acting forward and actor env steps/s, eager vs compiled (1 thread)")
+
+
+def _acting_row(c, spec: QuantSpec, choice, args: argparse.Namespace) -> tuple:
+    """The row's figures; where the forward did not compile, its reason."""
+    if not choice.compiled:
+        return (f"{choice.eager_s * 1e6:.0f} us", choice.reason, "", "", "", "", "")
+    workers = {}
+    for compiled in (False, True):
+        c.learner.compile_acting = compiled
+        workers[compiled] = ActorWorker(0, 1, cpu_copy(c.learner), c.make_envs, 0, spec)
+    c.learner.compile_acting = False
+    samples: dict[bool, list[float]] = {False: [], True: []}
+    for i in range(6):  # the first round warms up (the compiled worker compiles: cache hit)
+        for compiled, worker in workers.items():
+            start = time.perf_counter()
+            worker.collect(None, args.acting_steps, 10**6, 0.0)
+            if i:
+                samples[compiled].append(time.perf_counter() - start)
+    for worker in workers.values():
+        worker.close()
+    n_envs = c.envs.num_envs
+    eager, compiled = (args.acting_steps * n_envs / statistics.median(samples[k])
+                       for k in (False, True))
+    return (f"{choice.eager_s * 1e6:.0f} us", f"{choice.compiled_s * 1e6:.0f} us",
+            f"{choice.eager_s / choice.compiled_s:.2f}x", f"{choice.compile_s:.1f}",
+            f"{eager:,.0f}", f"{compiled:,.0f}", f"{compiled / eager:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small budgets, few calls")
-    parser.add_argument("--part", choices=["inference", "ptq", "both"], default="both")
+    parser.add_argument("--part", choices=["inference", "ptq", "acting", "both"],
+                        default="both", help="both: inference and ptq; acting: the compiled "
+                        "acting path alone")
+    parser.add_argument("--acting-rows", type=int, nargs="+", default=[1, 8, 64],
+                        help="acting: the actor batches (env.n_envs)")
+    parser.add_argument("--acting-steps", type=int, default=200,
+                        help="acting: vector-env steps per timed chunk")
     parser.add_argument("--only", nargs="*", choices=[t[1] for t in TASKS], default=None,
                         help="PTQ suite: only these algos")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -222,6 +296,7 @@ def main() -> None:
                                for a in ("ddpg", "td3")}}
     if args.smoke:
         args.quick, args.widths, args.only = True, [64], ["dqn"]
+        args.acting_rows, args.acting_steps = args.acting_rows[:1], 20
         args.quick_overrides["dqn"] = ["steps=300", "algo.learning_starts=100",
                                        "platform.measure_layers=false"]
     if args.quick:
@@ -233,6 +308,8 @@ def main() -> None:
         inference(args)
     if args.part in ("ptq", "both"):
         ptq_suite(args)
+    if args.part == "acting":
+        acting_suite(args)
     print(f"\n{load_average()} at the end")
 
 

@@ -23,7 +23,10 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from hetrl.actors.base import Actors, Workers
-from hetrl.algos.base import Learner
+from hetrl.actors.pool import ActorPool
+from hetrl.actors.worker import cpu_copy
+from hetrl.algos.base import Learner, OffPolicyLearner
+from hetrl.compiled.acting import choose_acting
 from hetrl.compiled.choose import UpdateChoice, choose_update, job_batch
 from hetrl.config.env_checks import env_errors
 from hetrl.config.errors import ConfigError, unwrapped
@@ -57,6 +60,7 @@ class Components:
     make_envs: Callable[..., gym.vector.VectorEnv]  # more envs like `envs` (keyword overrides)
     update_choice: UpdateChoice | None = None  # compiled or eager (`compile`), and why
     workers: Workers | None = None  # the loop's own (`LoopNeeds.workers`), not started
+    acting_choice: UpdateChoice | None = None  # an actor pool's policy forward: the same
 
     @property
     def spaces(self) -> dict[str, gym.Space]:
@@ -99,13 +103,31 @@ def build(cfg: DictConfig, plan: bool = True, planned: StepPlan | None = None,
         log.info("%s", update_choice.line())
     actors, scheduler = instantiate(cfg.actors), instantiate(cfg.scheduler)
     make_workers = needs_of(type(scheduler)).workers
+    acting_choice = None
+    if plan and needs_of(type(scheduler)).actor_pool:  # ActorQ's and PEARL's actors act elsewhere
+        acting_choice = _acting_choice(cfg, learner, actors, envs)
     return Components(
         envs=envs, learner=learner, update_choice=update_choice, replay=replay,
         precision=precision, platform=platform, step_plan=step_plan, actors=actors,
-        scheduler=scheduler, make_envs=parts.make_envs,
+        scheduler=scheduler, make_envs=parts.make_envs, acting_choice=acting_choice,
         workers=(make_workers(scheduler, actors, learner, envs, cfg.seed) if make_workers
                  else None),
     )
+
+
+def _acting_choice(cfg: DictConfig, learner: OffPolicyLearner, actors: ActorPool,
+                   envs: gym.vector.VectorEnv) -> UpdateChoice:
+    """An actor pool's compile choice for its policy forward (`hetrl.compiled.acting`), on a
+    CPU copy of the policy as the actors get it, at one actor's batch; the actors' copies of
+    the learner carry it (`compile_acting`)."""
+    probe = cpu_copy(learner)
+    forwards = max(0, cfg.steps - learner.learning_starts) // envs.num_envs
+    choice = choose_acting(probe.policy(), actors.spec,
+                           probe.obs_tensor(envs.observation_space.sample()),
+                           compile_mode(cfg.compile), forwards, actors.n)
+    learner.compile_acting = choice.compiled
+    log.info("%s", choice.line())
+    return choice
 
 
 @dataclass

@@ -229,8 +229,9 @@ def _train(
         if c.step_plan is not None:
             log_plan(tracker, c.step_plan, c.precision, c.platform, c.learner.batch_size,
                      out_dir, name)
-    if c.update_choice is not None:
-        tracker.log_metrics(c.update_choice.metrics(), step=0)
+    for choice in (c.update_choice, c.acting_choice):
+        if choice is not None:
+            tracker.log_metrics(choice.metrics(), step=0)
     state = _initial_state(c, saved, cfg.seed)
     save_checkpoint = partial(_save_checkpoint, out_dir / checkpoint.FILENAME, cfg, choices,
                               tracker, c)

@@ -22,6 +22,7 @@ from hetrl.actors.shared import unflatten_into
 from hetrl.actors.worker_logs import log
 from hetrl.actors.weights import deserialize
 from hetrl.algos.base import Learner
+from hetrl.compiled.acting import compiled_policy
 from hetrl.quant import QuantSpec, load_into, quantize_policy
 from hetrl.runtime import configure_torch
 from hetrl.seeding import seed_everything
@@ -75,6 +76,9 @@ class ActorWorker:
             learner.for_actor(rank, n_actors)
         self.shadow = learner.policy()  # fp32: what the received state dict loads into
         self.policy = quantize_policy(self.shadow, spec) if spec.quantized else self.shadow
+        # what the envs are stepped with: the policy's forward compiled where `compile` chose
+        # it at build (the kernels cached there); pulls load into `policy` in place
+        self.acting = compiled_policy(self.policy) if learner.compile_acting else self.policy
         self.weights = None  # scheduler=pearl's shared double buffer, once handed over
         self.version = -1  # the version loaded from it
         self.envs = make_envs()
@@ -127,7 +131,7 @@ class ActorWorker:
         returns: list[np.ndarray] = []
         phases: dict[str, float] = {}
         timer = PhaseTimer(phases)
-        with learner.acting_with(self.policy):
+        with learner.acting_with(self.acting):
             for i in range(steps):
                 taken = env_step(envs, learner, self.obs,
                                  step + i * envs.num_envs * self.n_actors, timer)

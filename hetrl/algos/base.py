@@ -112,6 +112,8 @@ class Learner(nn.Module):
         # a stage's loss over its batch split in parts (PEARL's CPU trainers,
         # hetrl.scheduler.pearl_train), where a loop installed one: `stage_loss`'s signature
         self.split_loss: Callable[..., tuple[torch.Tensor, Metrics]] | None = None
+        # whether actors compile their copy of the policy's forward (`hetrl.compiled.acting`)
+        self.compile_acting = False
         # the update's own phases (`with self.timer("q_loss"):`), added up where the
         # scheduler points them (`time_phases`) next to the loop's phases
         self.timer = PhaseTimer({})

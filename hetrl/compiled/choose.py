@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
+from functools import partial
 from time import perf_counter
 from typing import Any, Callable, Iterator
 
@@ -53,7 +54,8 @@ RECORDS = "hetrl-compile-times.json"
 
 @dataclass
 class UpdateChoice:
-    """What `compile` chose for the job's update and the figures it chose on."""
+    """What `compile` chose for the job's update (or, `subject="acting"`, for the actors'
+    policy forward: hetrl.compiled.acting) and the figures it chose on."""
 
     mode: str
     compiled: bool
@@ -61,15 +63,21 @@ class UpdateChoice:
     eager_s: float | None = None
     compiled_s: float | None = None
     compile_s: float | None = None
+    subject: str = "update"
 
     def metrics(self) -> dict[str, float]:
-        """host/update_eager_s, host/update_compiled_s, host/compile_s: those measured."""
-        figures = {"update_eager_s": self.eager_s, "update_compiled_s": self.compiled_s,
-                   "compile_s": self.compile_s}
-        return {f"host/{k}": v for k, v in figures.items() if v is not None}
+        """host/update_eager_s, host/update_compiled_s, host/compile_s (acting:
+        host/act_eager_s, host/act_compiled_s, host/act_compile_s): those measured."""
+        if self.subject == "update":
+            names = ("update_eager_s", "update_compiled_s", "compile_s")
+        else:
+            names = ("act_eager_s", "act_compiled_s", "act_compile_s")
+        figures = zip(names, (self.eager_s, self.compiled_s, self.compile_s))
+        return {f"host/{k}": v for k, v in figures if v is not None}
 
     def line(self) -> str:
-        return f"compile={self.mode}: {'compiled' if self.compiled else 'eager'} update ({self.reason})"
+        kind = "compiled" if self.compiled else "eager"
+        return f"compile={self.mode}: {kind} {self.subject} ({self.reason})"
 
 
 def compiler(device: torch.device) -> Callable[[Callable], Callable]:
@@ -100,10 +108,8 @@ def choose_update(learner: Learner, mode: str, updates: int | None, batch: Any,
     if mode == "auto":
         eager_s = time_updates({"eager": lambda: learner.eager_update(batch)}, learner,
                                context, warmup=1, repeats=1)["eager"]
-        if updates * eager_s < WARM_COMPILE_S / 2:  # even a cached compile would not pay
-            return UpdateChoice(mode, False, _not_worth(updates, eager_s, updates * eager_s,
-                                                        WARM_COMPILE_S, "from a warm cache"),
-                                eager_s=eager_s)
+        if (why := too_small(updates, eager_s)) is not None:  # not even a cached compile
+            return UpdateChoice(mode, False, why, eager_s=eager_s)
     if (why := missing(learner.device)) is not None:  # imports inductor: past the cheap exits
         return _cannot_compile(learner, mode, why, eager_s)
     if mode == "auto" and (not_worth := _not_worth_compiling(learner, updates, batch, context)):
@@ -131,34 +137,51 @@ def _cannot_compile(learner: Learner, mode: str, why: str,
 def _not_worth_compiling(learner: Learner, updates: int, batch: Any,
                          context: Callable[[], contextlib.AbstractContextManager]
                          ) -> UpdateChoice | None:
-    """compile=auto's choice of eager where the budget's saving (at the speedup measured
-    last time on this machine, else ASSUMED_SPEEDUP) is less than compiling would take (from
-    the cache where this machine compiled the update before)."""
-    record = last_compile(learner, batch)
+    """compile=auto's choice of eager where compiling would not pay (`unpaid`)."""
     eager_s = time_updates({"eager": lambda: learner.eager_update(batch)}, learner,
                            context)["eager"]
+    if (why := unpaid(_key(learner, batch), updates, eager_s)) is None:
+        return None
+    return UpdateChoice("auto", False, why, eager_s=eager_s)
+
+
+def unpaid(key: str, calls: int, eager_s: float, compiles: int = 1,
+           noun: str = "updates") -> str | None:
+    """Why compiling the computation `key` would not pay (None: it may): the saving over
+    its budget of `calls` (at the speedup measured last time on this machine, else
+    ASSUMED_SPEEDUP) is less than its `compiles` compiles would take (each from the cache
+    where this machine compiled it before, else COLD_COMPILE_S)."""
+    record = _records().get(key)
     ratio = record["ratio"] if record else 1.0 / ASSUMED_SPEEDUP
-    saving = updates * eager_s * max(0.0, 1.0 - ratio)
+    saving = calls * eager_s * max(0.0, 1.0 - ratio)
     expected = COLD_COMPILE_S
     if record:  # the kernels are cached: a compile as quick as the last warm one
         expected = record["compile_s"] / (1.0 if record.get("warm") else COLD_OVER_WARM)
+    expected *= compiles
     if saving >= max(expected, WARM_COMPILE_S):
         return None
     source = "as last time on this machine" if record else "not compiled on this machine yet"
-    return UpdateChoice("auto", False, _not_worth(updates, eager_s, saving, expected, source),
-                        eager_s=eager_s)
+    return _not_worth(calls, eager_s, saving, expected, source, noun)
 
 
-def _not_worth(updates: int, eager_s: float, saving: float, expected: float,
-               source: str) -> str:
-    return (f"{updates:,} updates of {1e3 * eager_s:.2f} ms eager save at most "
+def too_small(calls: int, eager_s: float, noun: str = "updates") -> str | None:
+    """Why a budget of `calls` of `eager_s` cannot repay even a compile from a warm cache
+    (None: it may)."""
+    if calls * eager_s >= WARM_COMPILE_S / 2:
+        return None
+    return _not_worth(calls, eager_s, calls * eager_s, WARM_COMPILE_S, "from a warm cache", noun)
+
+
+def _not_worth(calls: int, eager_s: float, saving: float, expected: float,
+               source: str, noun: str) -> str:
+    return (f"{calls:,} {noun} of {1e3 * eager_s:.2f} ms eager save at most "
             f"{saving:.1f} s, less than compiling ({expected:.0f} s, {source})")
 
 
 def _compile_and_time(learner: Learner, mode: str, updates: int | None, batch: Any,
                       context: Callable[[], contextlib.AbstractContextManager]) -> UpdateChoice:
     step = GraphStep(learner, compiler(learner.device))
-    record = last_compile(learner, batch)
+    key = _key(learner, batch)
     with unchanged(learner):
         start = perf_counter()
         with context():
@@ -166,21 +189,32 @@ def _compile_and_time(learner: Learner, mode: str, updates: int | None, batch: A
         compile_s = perf_counter() - start
     times = time_updates({"eager": lambda: learner.eager_update(batch),
                           "compiled": lambda: step(batch)}, learner, context)
-    eager_s, compiled_s = times["eager"], times["compiled"]
-    _remember(_key(learner, batch), compile_s, compiled_s / eager_s, warm=record is not None)
-    faster = compiled_s < eager_s
-    if mode == "true" or faster:
+    choice = decided(mode, key, updates, times, compile_s)
+    if choice.compiled:
         learner.compiled_step = step
-    figures = (f"an update {1e3 * compiled_s:.2f} ms compiled, {1e3 * eager_s:.2f} ms eager, "
+    return choice
+
+
+def decided(mode: str, key: str, calls: int | None, times: dict[str, float], compile_s: float,
+            subject: str = "update") -> UpdateChoice:
+    """The choice once the computation `key` compiled (in `compile_s`) and was timed eager
+    and compiled (`times`): compiled where asked (`true`) or faster; what it took is kept
+    for the next job's `unpaid`."""
+    eager_s, compiled_s = times["eager"], times["compiled"]
+    _remember(key, compile_s, compiled_s / eager_s, warm=key in _records())
+    faster = compiled_s < eager_s
+    figures = (f"{'an update' if subject == 'update' else 'a forward'} "
+               f"{1e3 * compiled_s:.2f} ms compiled, {1e3 * eager_s:.2f} ms eager, "
                f"compiled in {compile_s:.1f} s")
     if mode == "true":
         reason = f"as asked; {figures}"
     elif faster:
-        saving = f", saving about {updates * (eager_s - compiled_s):.0f} s" if updates else ""
+        saving = f", saving about {calls * (eager_s - compiled_s):.0f} s" if calls else ""
         reason = f"{eager_s / compiled_s:.1f}x faster{saving}; {figures}"
     else:
         reason = f"compiled is no faster here; {figures}"
-    return UpdateChoice(mode, mode == "true" or faster, reason, eager_s, compiled_s, compile_s)
+    return UpdateChoice(mode, mode == "true" or faster, reason, eager_s, compiled_s, compile_s,
+                        subject)
 
 
 def time_updates(updates: dict[str, Callable[[], Any]], learner: Learner,
@@ -190,18 +224,34 @@ def time_updates(updates: dict[str, Callable[[], Any]], learner: Learner,
     each update meets every form of a rule that changes with the count: TD3's delayed actor
     on every other turn); the learner is put back as it was (`unchanged`): timing trains
     nothing."""
-    samples: dict[str, list[float]] = {name: [] for name in updates}
+    def next_turn() -> None:
+        learner.updates += 1
+
+    sync = (partial(torch.cuda.synchronize, learner.device) if learner.device.type == "cuda"
+            else None)
     with unchanged(learner):
-        for i in range(warmup + repeats):
-            for name, update in updates.items():
-                start = perf_counter()
-                with context():
-                    update()
-                if learner.device.type == "cuda":
-                    torch.cuda.synchronize(learner.device)
-                if i >= warmup:
-                    samples[name].append(perf_counter() - start)
-            learner.updates += 1
+        return time_turns(updates, context, warmup, repeats, next_turn, sync)
+
+
+def time_turns(calls: dict[str, Callable[[], Any]],
+               context: Callable[[], contextlib.AbstractContextManager],
+               warmup: int, repeats: int, after: Callable[[], None] | None = None,
+               sync: Callable[[], None] | None = None) -> dict[str, float]:
+    """Median seconds of each call (each inside `context()`, then `sync()`: a device's
+    queue drained), the calls taking turns so that a busy host's drift hits them alike;
+    `after()` runs between turns, untimed."""
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for i in range(warmup + repeats):
+        for name, call in calls.items():
+            start = perf_counter()
+            with context():
+                call()
+            if sync is not None:
+                sync()
+            if i >= warmup:
+                samples[name].append(perf_counter() - start)
+        if after is not None:
+            after()
     return {name: float(np.median(s)) for name, s in samples.items()}
 
 
@@ -238,10 +288,17 @@ def job_batch(learner: Learner, spaces: dict[str, gym.Space], replay: object = N
 
 def _key(learner: Learner, batch: Any) -> str:
     """The update's identity for the records: learner, device, parameter and batch shapes."""
-    shapes = [(n, tuple(t.shape), str(t.dtype)) for n, t in learner.state_dict().items()
-              if t is not None]
-    shapes += [tuple(t.shape) for t in batch if torch.is_tensor(t)]
-    text = f"{type(learner).__name__}|{learner.device}|{torch.__version__}|{shapes}"
+    return record_key(f"{type(learner).__name__}|{learner.device}", learner.state_dict(),
+                      [t for t in batch if torch.is_tensor(t)])
+
+
+def record_key(name: str, tensors: dict[str, Any], inputs: list[torch.Tensor]) -> str:
+    """A compiled computation's identity for the records: `name`, the torch version, the
+    shapes and dtypes of its (named) `tensors` and the shapes of its `inputs`."""
+    shapes: list = [(n, tuple(t.shape), str(t.dtype)) for n, t in tensors.items()
+                    if torch.is_tensor(t)]
+    shapes += [tuple(t.shape) for t in inputs]
+    text = f"{name}|{torch.__version__}|{shapes}"
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
