@@ -21,9 +21,21 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module")
 def cluster():
-    """The 3-node cluster, started once for the module's tests."""
+    """The 3-node cluster, started once for the module's tests, with token authentication as
+    `ray start` and `ray.init()` start theirs: a process that started a Ray of its own (a test
+    before, in this pytest worker) keeps token mode and its token, and a cluster without
+    them then cancels every actor it is asked for (Ray 2.60)."""
+    from ray._private.authentication.authentication_token_setup import (
+        _get_default_token_path,
+        generate_and_save_token,
+    )
+    from ray._raylet import Config
     from ray.cluster_utils import Cluster
 
+    os.environ["RAY_AUTH_MODE"] = "token"
+    Config.initialize("")  # Ray reads its mode into its config once, at import
+    if not _get_default_token_path().is_file():
+        generate_and_save_token()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
         for _ in range(2):

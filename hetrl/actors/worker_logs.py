@@ -61,6 +61,10 @@ def log_to(path: Path | None) -> None:
     log.addHandler(handler)
     log.propagate = False  # not into the job's log or terminal a forked worker inherited
     logging.captureWarnings(True)
+    # enable() on an enabled faulthandler (pytest's, a parent's) only switches its file: where
+    # a library installed its own SIGSEGV handler since (Ray's driver does, and a forked
+    # worker inherits it), the stack would go there. Disabled first, it is installed anew.
+    faulthandler.disable()
     faulthandler.enable(handler.stream)
     log.info("%s started (pid %d)", path.stem, os.getpid())
 

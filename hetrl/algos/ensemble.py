@@ -24,13 +24,24 @@ class Ensemble:
         self.template = copy.deepcopy(template).to("meta")
 
     def __call__(self, networks: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
-        """Network k on `x[k]`: (G, ...) inputs for G networks, stacked outputs."""
+        """Network k on `x[k]`: (G, ...) inputs for G networks, stacked outputs. Networks
+        with forward hooks or parametrizations (QAT's fake quantization, which observes and
+        rewrites their weights) run one by one, as their hooks need."""
+        if any(hooked(m) for net in networks for m in net.modules()):
+            return torch.stack([net(x[k]) for k, net in enumerate(networks)])
         named = [dict(net.named_parameters()) for net in networks]
         stacked = {name: torch.stack([params[name] for params in named]) for name in named[0]}
         return vmap(self._one)(stacked, x)
 
     def _one(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.template, params, (x,))
+
+
+def hooked(module: nn.Module) -> bool:
+    """Whether `module` itself has forward hooks or parametrizations: what a functional call
+    over its parameters (vmap, one compiled graph) would skip."""
+    return bool(module._forward_hooks or module._forward_pre_hooks
+                or hasattr(module, "parametrizations"))
 
 
 def by_shape(shapes: Sequence[Hashable]) -> list[list[int]]:

@@ -24,6 +24,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value
 
 from hetrl.algos.base import Learner, Metrics
+from hetrl.algos.ensemble import hooked
 from hetrl.algos.rule import Stage, TargetSync, clip_groups, due
 from hetrl.compiled.optim import FunctionalOptimizer, Unsupported, clip_grad_norm, functional
 from hetrl.compiled.scaling import GraphScaler, kept
@@ -55,8 +56,7 @@ def unsupported(learner: Learner) -> str | None:
     if type(learner).stages is Learner.stages:
         return f"{type(learner).__name__} writes its update by hand (it declares no stages)"
     for name, module in learner.named_modules():
-        if module._forward_hooks or module._forward_pre_hooks or hasattr(module,
-                                                                         "parametrizations"):
+        if hooked(module):
             return (f"{name or 'the learner'} has forward hooks or parametrizations (QAT): "
                     "they run in the eager update")
     try:
