@@ -127,6 +127,7 @@ def games_per_s(workers: int, game: GoGame, width: int, blocks: int, games: int,
     (`workers` processes, all their cores); a random network's games vary in length, so
     moves/s is the steadier figure."""
     from hetrl.actors.selfplay import WorkerPool
+    from hetrl.options import option_yaml
 
     class _Learner:  # what the pool reads of a learner
         def __init__(self) -> None:
@@ -134,7 +135,8 @@ def games_per_s(workers: int, game: GoGame, width: int, blocks: int, games: int,
             self.width, self.blocks = width, blocks
             self.search = SearchConfig(readouts=readouts, fast_readouts=max(1, readouts // 4))
 
-    pool = WorkerPool(workers, game, _Learner(), 0)  # type: ignore[arg-type]
+    timeout_s = option_yaml("scheduler", "selfplay").worker_timeout_s
+    pool = WorkerPool(workers, game, _Learner(), 0, timeout_s)  # type: ignore[arg-type]
     try:
         pool.start()
         pool.play(workers, 1, 10**9, 0, SearchStats())  # warm up: processes started

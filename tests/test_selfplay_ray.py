@@ -62,8 +62,9 @@ def test_ray_and_process_workers_play_the_same_games(local_ray):
                            l2=1e-4, value_weight=0.5,
                            search={"readouts": 8, "fast_readouts": 4})
     games = {}
-    for name, pool in (("process", lambda: WorkerPool(2, game, learner, seed=3)),
-                       ("ray", lambda: RayWorkerPool(2, game, learner, seed=3, address=None))):
+    for name, pool in (("process", lambda: WorkerPool(2, game, learner, seed=3, timeout_s=600)),
+                       ("ray", lambda: RayWorkerPool(2, game, learner, seed=3, timeout_s=600,
+                                                      address=None))):
         workers = pool()
         try:
             workers.start()

@@ -151,7 +151,7 @@ def test_a_ctrl_c_to_the_workers_while_they_start_leaves_them_to_the_job(capfd):
     learner = make_learner((game.planes, 5, 5), game.num_actions, width=8, blocks=1,
                            batch_size=8, lr_values=[0.01], lr_boundaries=[], momentum=0.9,
                            l2=1e-4, value_weight=0.5, search={"readouts": 8, "fast_readouts": 4})
-    workers = WorkerPool(2, game, learner, seed=3)
+    workers = WorkerPool(2, game, learner, seed=3, timeout_s=600)
     try:
         workers.start()
         for _ in range(3):  # as they start, then once they import and serve

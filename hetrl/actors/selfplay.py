@@ -80,15 +80,12 @@ def selfplay_pool(loop: PoolOptions, actors: Actors, learner: Learner,
     if not isinstance(learner, AlphaZero) or not isinstance(envs, GoVectorEnv):
         raise TypeError(f"self-play workers play Go (GoVectorEnv) with an AlphaZero learner, "
                         f"not {type(envs).__name__} with {type(learner).__name__}")
-    pool: SelfPlayPool
     if isinstance(actors, RayActors):
-        pool = RayWorkerPool(loop.workers, envs.game, learner, seed, actors.address)
-    elif loop.workers > 0:
-        pool = WorkerPool(loop.workers, envs.game, learner, seed)
-    else:
-        return None
-    pool.timeout_s = loop.worker_timeout_s
-    return pool
+        return RayWorkerPool(loop.workers, envs.game, learner, seed, loop.worker_timeout_s,
+                             actors.address)
+    if loop.workers > 0:
+        return WorkerPool(loop.workers, envs.game, learner, seed, loop.worker_timeout_s)
+    return None
 
 
 class SelfPlayPool:
@@ -96,10 +93,12 @@ class SelfPlayPool:
     generation they take the latest `best` weights and their share of the games, and send
     each game back as it ends. Subclasses run them somewhere (OS processes, Ray actors)."""
 
-    n: int
-    learner: AlphaZero
     stop: Any = None  # the job's stop request: a generation's wait ends on it
-    timeout_s = 600.0  # selfplay.worker_timeout_s: a worker silent this long hangs
+
+    def __init__(self, n: int, game: GoGame, learner: AlphaZero, seed: int,
+                 timeout_s: float) -> None:
+        self.n, self.learner, self.game, self.seed = n, learner, game, seed
+        self.timeout_s = timeout_s  # selfplay.worker_timeout_s: a worker silent this long hangs
 
     def tasks(self, games: int, concurrent: int, budget: int,
               gen: int) -> list[tuple[int, int, int, int]]:
@@ -142,8 +141,9 @@ def _take(item: tuple[str, Any], records: list[GameRecord], stats: SearchStats) 
 class WorkerPool(SelfPlayPool):
     """The workers as OS processes, fed through task queues, games back through one queue."""
 
-    def __init__(self, n: int, game: GoGame, learner: AlphaZero, seed: int) -> None:
-        self.n, self.learner, self.game, self.seed = n, learner, game, seed
+    def __init__(self, n: int, game: GoGame, learner: AlphaZero, seed: int,
+                 timeout_s: float) -> None:
+        super().__init__(n, game, learner, seed, timeout_s)
         self.queues: list[Any] = []
         self.procs: list[Any] = []
 
@@ -201,9 +201,9 @@ class RayWorkerPool(SelfPlayPool):
     `actors.address`), one CPU each; the weights go out once a generation through Ray's object
     store and each game comes back through it as it ends (a streaming generator)."""
 
-    def __init__(self, n: int, game: GoGame, learner: AlphaZero, seed: int,
+    def __init__(self, n: int, game: GoGame, learner: AlphaZero, seed: int, timeout_s: float,
                  address: str | None) -> None:
-        self.n, self.learner, self.game, self.seed = n, learner, game, seed
+        super().__init__(n, game, learner, seed, timeout_s)
         self.address = address
         self.started_ray = False
         self.handles: list[Any] = []
