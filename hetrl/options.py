@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
-from hydra.utils import get_class
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hetrl import CONF_DIR
@@ -92,6 +92,13 @@ def composed_option(group: str, name: str) -> DictConfig:
     own.pop("defaults")
     schema = ConfigStore.instance().load(f"{option_schema(group, name)}.yaml").node
     return OmegaConf.merge(schema, own)
+
+
+def made_option(group: str, name: str, **values: Any) -> Any:
+    """What the option's `_target_` makes of its composed node, `values` in place of its own
+    (for tests and benchmarks: the YAML stays the one place of its defaults). Needs
+    `hetrl.config.store.register()` first."""
+    return instantiate(composed_option(group, name), **values)
 
 
 def option_class(group: str, name: str) -> type:

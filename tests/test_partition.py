@@ -10,8 +10,9 @@ import pytest
 
 from hetrl.partition.costs import CostTable, Plan
 from hetrl.partition.graph import Edge, TaskGraph
+from hetrl.config.store import register
+from hetrl.options import made_option
 from hetrl.partition.heft import HeftPartitioner
-from hetrl.partition.ilp import IlpPartitioner
 from hetrl.partition.objective import objective, objectives, resource_violations
 from hetrl.partition.schedule import list_schedule
 from hetrl.partition.single import SinglePartitioner
@@ -20,6 +21,12 @@ from hetrl.partition.synthetic import US, random_costs, random_dag
 # (seed, nodes, tightness): at 0.2-0.3 the capacities bind in every case, at 1.0 never
 CASES = [(0, 6, 0.3), (1, 7, 0.3), (2, 8, 0.2), (3, 8, 0.3), (4, 9, 0.3), (5, 10, 0.3),
          (6, 9, 1.0), (7, 10, 0.2), (8, 10, 0.3), (9, 10, 1.0)]
+
+
+def ilp(**values: object) -> object:
+    """`partitioner=ilp` as its YAML makes it, `values` in place of its own."""
+    register()
+    return made_option("partitioner", "ilp", **values)
 
 
 def costs_for(seed: int, n_nodes: int, tightness: float = 0.3) -> CostTable:
@@ -50,7 +57,7 @@ def assert_realizable(costs: CostTable, plan: Plan) -> None:
 @pytest.mark.parametrize("seed, n_nodes, tightness", CASES)
 def test_ilp_equals_brute_force(seed: int, n_nodes: int, tightness: float) -> None:
     costs = costs_for(seed, n_nodes, tightness)
-    plan = IlpPartitioner().partition(costs)
+    plan = ilp().partition(costs)
     assert plan.status.startswith("Optimal") and plan.method == "ilp"
     assert plan.objective == pytest.approx(brute_force(costs), rel=1e-6)
     assert plan.objective <= objective(costs, plan.assignment) * (1 + 1e-9)
@@ -61,7 +68,7 @@ def test_ilp_equals_brute_force(seed: int, n_nodes: int, tightness: float) -> No
 
 def test_ilp_without_communication_equals_its_brute_force() -> None:
     costs = costs_for(6, 8)
-    plan = IlpPartitioner(communication=False).partition(costs)
+    plan = ilp(communication=False).partition(costs)
     assert plan.objective == pytest.approx(brute_force(costs, communication=False), rel=1e-6)
     assert plan.makespan >= plan.objective  # the realized schedule still pays for transfers
 
@@ -69,7 +76,7 @@ def test_ilp_without_communication_equals_its_brute_force() -> None:
 @pytest.mark.parametrize("seed, n_nodes, tightness", CASES[:4])
 def test_ilp_beats_every_feasible_baseline(seed: int, n_nodes: int, tightness: float) -> None:
     costs = costs_for(seed, n_nodes, tightness)
-    plan = IlpPartitioner().partition(costs)
+    plan = ilp().partition(costs)
     best = plan.objective
     heft = HeftPartitioner().partition(costs)
     assert heft.status == "ok" and heft.objective == heft.makespan
@@ -93,7 +100,7 @@ def test_capacity_binds() -> None:
     seconds = np.array([[100.0, 10.0]] * 4) * US
     costs = CostTable(graph, ["d0", "d1"], seconds, np.zeros((0, 2, 2)),
                       {"dsp": np.array([[0.0, 1.0]] * 4)}, {"dsp": 2.0})
-    plan = IlpPartitioner().partition(costs)
+    plan = ilp().partition(costs)
     assert plan.assignment.count(1) == 2
     assert plan.objective == pytest.approx(200 * US) == pytest.approx(brute_force(costs))
     assert SinglePartitioner("d1").partition(costs).status.startswith("resource-infeasible")
@@ -105,7 +112,7 @@ def test_no_feasible_assignment_is_named() -> None:
     costs.capacity = dict.fromkeys(costs.capacity, 0.0)
     costs.usage = {r: np.ones((5, 3)) for r in costs.usage}
     with pytest.raises(ValueError, match="resource capacities"):
-        IlpPartitioner().partition(costs)
+        ilp().partition(costs)
     assert HeftPartitioner().partition(costs).status.startswith("resource-infeasible")
 
 
@@ -117,12 +124,12 @@ def test_a_resource_counts_wherever_its_users_are_placed() -> None:
     seconds = np.array([[np.inf, 20.0, 10.0], [np.inf, 10.0, 20.0]]) * US
     costs = CostTable(graph, ["d0", "d1", "d2"], seconds, np.zeros((0, 3, 3)),
                       {"lut": np.array([[0.0, 1.0, 1.0]] * 2)}, {"lut": 2.0})
-    plan = IlpPartitioner().partition(costs)
+    plan = ilp().partition(costs)
     assert plan.status == "Optimal" and plan.assignment == [2, 1]
     costs.capacity = {"lut": 1.0}
     assert resource_violations(costs, plan.assignment) == ["lut: 2 > 1"]
     with pytest.raises(ValueError, match="resource capacities"):
-        IlpPartitioner().partition(costs)
+        ilp().partition(costs)
     assert HeftPartitioner().partition(costs).status.startswith("resource-infeasible")
     for device in ("d1", "d2"):
         assert SinglePartitioner(device).partition(costs).status.startswith("resource-infeasible")
@@ -131,10 +138,10 @@ def test_a_resource_counts_wherever_its_users_are_placed() -> None:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_disjunctive_objective_is_a_realized_makespan(seed: int) -> None:
     costs = costs_for(seed, 7)
-    exact = IlpPartitioner(disjunctive=True).partition(costs)
+    exact = ilp(disjunctive=True).partition(costs)
     assert exact.status == "Optimal" and exact.method == "ilp:disjunctive"
     assert exact.makespan == pytest.approx(exact.objective, rel=1e-6)
-    assert exact.objective >= IlpPartitioner().partition(costs).objective * (1 - 1e-6)
+    assert exact.objective >= ilp().partition(costs).objective * (1 - 1e-6)
     assert exact.makespan <= HeftPartitioner().partition(costs).makespan * (1 + 1e-6)
     assert_realizable(costs, exact)
 
@@ -142,7 +149,7 @@ def test_disjunctive_objective_is_a_realized_makespan(seed: int) -> None:
 def test_time_limit_keeps_at_least_the_heft_start() -> None:
     """30 nodes are too many for the disjunctive model in 1 s; the HEFT warm start bounds it."""
     costs = costs_for(30, 30, tightness=0.4)
-    plan = IlpPartitioner(time_limit_s=1.0, disjunctive=True).partition(costs)
+    plan = ilp(time_limit_s=1.0, disjunctive=True).partition(costs)
     assert plan.status == "Feasible (time limit)"
     assert plan.makespan <= HeftPartitioner().partition(costs).makespan * (1 + 1e-9)
     assert plan.makespan == pytest.approx(plan.objective, rel=1e-6)

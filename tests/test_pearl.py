@@ -13,8 +13,8 @@ import pytest
 
 from hetrl.build import build
 from hetrl.config.store import register
-from hetrl.options import compose_job
-from hetrl.partition.composer import ComposerPartitioner, Traffic, compose, exp_memory, portability
+from hetrl.options import compose_job, made_option
+from hetrl.partition.composer import Traffic, compose, exp_memory, portability
 from hetrl.partition.primitives import PrimitiveMatrix, TreeShape, experience_bytes, fpga_rm_cycles
 
 CARTPOLE = ("algo=dqn", "env=cartpole", "algo.hidden=[64]")  # PEARL's 4-64-2 (B.4)
@@ -31,7 +31,7 @@ def composition(workload: tuple[str, ...], platform: str, batch: int):
     try:
         graph = c.learner.task_graph(batch)
         obs = gym.spaces.flatdim(c.envs.single_observation_space)
-        return ComposerPartitioner().compose(c.platform, graph, batch, 8192,
+        return made_option("partitioner", "composer").compose(c.platform, graph, batch, 8192,
                                              experience_bytes(obs, 1))
     finally:
         c.envs.close()
@@ -182,7 +182,7 @@ def test_the_composer_on_platform_host_plans_from_this_hosts_timings():
     two = replace(c.step_plan.costs, devices=["cpu", "gpu"], dtypes=None, by_dtype=None,
                   seconds=np.hstack([costs, costs / 10]),
                   comm=np.zeros((len(c.step_plan.graph.edges), 2, 2)))
-    both = ComposerPartitioner(fanout=16, n_actors=4).compose_measured(
+    both = made_option("partitioner", "composer").compose_measured(
         two, batch, 4096, experience_bytes(4, 1), 1e-10, rm_seconds)
     assert (both.assignment["RM"], both.assignment["Learner"]) == ("cpu", "gpu")
     assert both.eps > 0 and both.phi_d == 0.0

@@ -222,8 +222,8 @@ class ComposerPartitioner:
     """`partitioner=composer`: Algorithm 2 places the RM and the Learner (`compose`), then
     the Learner's step goes whole onto the Learner's device (`partition`)."""
 
-    def __init__(self, fanout: int = 16, capacity: int | None = None,
-                 insert_batch: int | None = None, n_actors: int = 4) -> None:
+    def __init__(self, fanout: int, capacity: int | None, insert_batch: int | None,
+                 n_actors: int) -> None:
         self.fanout, self.capacity = fanout, capacity
         self.insert_batch, self.n_actors = insert_batch, n_actors
         self.composition: Composition | None = None

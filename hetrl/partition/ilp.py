@@ -47,8 +47,7 @@ class IlpPartitioner:
     schedule was shorter.
     """
 
-    def __init__(self, time_limit_s: float = 10.0, communication: bool = True,
-                 disjunctive: bool = False) -> None:
+    def __init__(self, time_limit_s: float, communication: bool, disjunctive: bool) -> None:
         if time_limit_s <= 0:
             raise ValueError(f"time_limit_s={time_limit_s!r} is invalid: valid values are > 0")
         self.time_limit_s = time_limit_s
