@@ -71,9 +71,10 @@ class Updates:
 
 
 def learn(learner: Learner, batch: object) -> dict[str, torch.Tensor]:
-    """The learner's update on `batch` (compiled where `hetrl.compiled` installed it), then
-    counted: the one place a learner's `updates` grows (its checkpoint keeps it; the rule
-    reads it: TD3's delay, DQN's target copy, MADDPG's trainer, AlphaZero's learning rate)."""
+    """The learner's update on `batch` (its `compiled_step` where `hetrl.compiled.choose` set
+    one), then counted: the one place a learner's `updates` grows (its checkpoint keeps it;
+    the rule reads it: TD3's delay, DQN's target copy, MADDPG's trainer, AlphaZero's learning
+    rate)."""
     metrics = learner.update(batch)
     learner.updates += 1
     return metrics
