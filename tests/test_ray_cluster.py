@@ -105,7 +105,7 @@ def test_a_ray_actor_that_hangs_or_dies_is_named_with_its_last_log_line(tmp_path
         pool.start(c.learner, c.make_envs, seed=0)
         pool.submit(0, None, 5, 0)
         assert len(pool.results()) == 1
-        pid = int(re.search(r"pid (\d+)", pool.actors[0])[1])
+        pid = int(re.search(r"pid (\d+)", pool.placed.names[0])[1])
         actor_log = tmp_path / "workers" / "actor-0.log"
         said = (rf"actor 0 \(Ray actor [0-9a-f]{{12}}, pid {pid} on [\d.]+/[0-9a-f]{{12}}; its "
                 rf"last log line: '.*chunk of 5 steps at step 0' \({re.escape(str(actor_log))}\)\)")

@@ -5,6 +5,10 @@ store, their placement reported as ActorQ's pool reports it."""
 from __future__ import annotations
 
 import json
+import logging
+import os
+import re
+import signal
 from pathlib import Path
 
 import pytest
@@ -12,7 +16,12 @@ from helpers import compose_job, local_ray, metric_history, run_job, tracking_ur
 from mlflow.tracking import MlflowClient
 from test_alphazero import TINY
 
+from hetrl.actors.selfplay import RayWorkerPool, WorkerPool
+from hetrl.algos.alphazero import AlphaZero, make_learner
+from hetrl.algos.mcts import SearchStats
 from hetrl.config.errors import ConfigError
+from hetrl.envs.go import GoGame
+from hetrl.faults import WorkerLost
 from hetrl.validation import validate
 
 pytest.importorskip("ray")
@@ -51,16 +60,8 @@ def test_ray_needs_workers():
 def test_ray_and_process_workers_play_the_same_games(local_ray):
     """The same workers wherever they run: with the same weights, seed and generation, the
     Ray actors play move for move the games the OS processes play."""
-    from hetrl.algos.alphazero import make_learner
-    from hetrl.algos.mcts import SearchStats
-    from hetrl.envs.go import GoGame
-    from hetrl.actors.selfplay import RayWorkerPool, WorkerPool
 
-    game = GoGame(5)
-    learner = make_learner((game.planes, 5, 5), game.num_actions, width=8, blocks=1,
-                           batch_size=8, lr_values=[0.01], lr_boundaries=[], momentum=0.9,
-                           l2=1e-4, value_weight=0.5,
-                           search={"readouts": 8, "fast_readouts": 4})
+    game, learner = _tiny()
     games = {}
     for name, pool in (("process", lambda: WorkerPool(2, game, learner, seed=3, timeout_s=600)),
                        ("ray", lambda: RayWorkerPool(2, game, learner, seed=3, timeout_s=600,
@@ -74,3 +75,37 @@ def test_ray_and_process_workers_play_the_same_games(local_ray):
         games[name] = sorted((r.moves, r.winner) for r in records)
     assert len(games["process"]) == 4 and len({str(m) for m, _ in games["process"]}) > 1
     assert games["ray"] == games["process"]
+
+
+def test_a_hung_ray_worker_is_named_with_its_last_log_line(tmp_path: Path, local_ray):
+    """As a hung process worker is (test_selfplay_stops): each silent Ray actor by rank, Ray
+    actor id, pid and node, and the last line of its own log in the job's workers/ folder."""
+    job_log = logging.FileHandler(tmp_path / "job.log")  # the job's log file, as Hydra's
+    logging.getLogger().addHandler(job_log)
+    game, learner = _tiny()
+    workers = RayWorkerPool(2, game, learner, seed=3, timeout_s=2, address=None)
+    try:
+        workers.start()
+        assert len(workers.play(2, 2, 10**6, 1, SearchStats())) == 2
+        pids = [int(re.search(r"pid (\d+)", name)[1]) for name in workers.placed.names]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        said = [rf"{rank} \(Ray actor [0-9a-f]{{12}}, pid {pid} on [\d.]+/[0-9a-f]{{12}}; its "
+                rf"last log line: '.*generation 1: 1 games' "
+                rf"\({re.escape(str(tmp_path / 'workers' / f'selfplay-{rank}.log'))}\)\)"
+                for rank, pid in enumerate(pids)]
+        with pytest.raises(WorkerLost, match=rf"self-play worker {', '.join(said)} sent nothing "
+                                             r"in 2 s \(selfplay.worker_timeout_s\)"):
+            workers.play(2, 2, 10**6, 2, SearchStats())
+    finally:
+        logging.getLogger().removeHandler(job_log)
+        workers.close()
+
+
+def _tiny() -> tuple[GoGame, AlphaZero]:
+    """go5 and an 8-wide AlphaZero of one block searching 8 readouts a move."""
+    game = GoGame(5)
+    return game, make_learner((game.planes, 5, 5), game.num_actions, width=8, blocks=1,
+                              batch_size=8, lr_values=[0.01], lr_boundaries=[], momentum=0.9,
+                              l2=1e-4, value_weight=0.5,
+                              search={"readouts": 8, "fast_readouts": 4})

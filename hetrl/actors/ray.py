@@ -5,7 +5,8 @@ each actor itself, so its `pull_s` is Ray's fetch of the object.
 Each actor logs into the job's `workers/actor-<rank>.log` as a process actor does, where its
 node sees the job's folder (a local Ray, a cluster sharing the file system); one that dies
 or hangs is named with its Ray actor id, pid and node, how Ray says it ended, and its last
-log line, or where Ray keeps its log."""
+log line, or where Ray keeps its log (`Placed`). The self-play workers' Ray actors
+(hetrl.actors.selfplay) log and are named the same way."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ class _RayActor:
     into `log_file` where this node sees the job's folder it is in."""
 
     def __init__(self, log_file: Path | None, *worker_args: Any) -> None:
-        log_to(log_file if log_file is not None and log_file.parent.parent.is_dir() else None)
+        log_where_seen(log_file)
         self.worker = ActorWorker(*worker_args)
 
     def collect(self, message: list, steps: int, step: int) -> Chunk:
@@ -40,10 +41,45 @@ class _RayActor:
         return self.worker.collect(payload, steps, step, pull_s=perf_counter() - start)
 
     def whereabouts(self) -> tuple[str, int, str]:
-        """The Ray node this actor was placed on (its IP and node id), its pid, its actor id."""
+        return whereabouts()
+
+
+def log_where_seen(log_file: Path | None) -> None:
+    """A Ray actor's first call: it logs into `log_file` where its node sees the job's folder
+    the file is in (a local Ray, a cluster sharing the file system); elsewhere Ray keeps its
+    output."""
+    log_to(log_file if log_file is not None and log_file.parent.parent.is_dir() else None)
+
+
+def whereabouts() -> tuple[str, int, str]:
+    """The Ray node the calling actor was placed on (its IP and node id), its pid, its actor
+    id."""
+    import ray
+
+    return ray_node(), os.getpid(), ray.get_runtime_context().get_actor_id()
+
+
+class Placed:
+    """Started Ray actors as messages name them: each one's node, actor id, name (`Ray actor
+    <id>, pid <pid> on <node>`) and log (None where its node did not see the job's folder),
+    asked of each handle's `whereabouts` once they run."""
+
+    def __init__(self, handles: list[Any], logs: list[Path | None]) -> None:
         import ray
 
-        return ray_node(), os.getpid(), ray.get_runtime_context().get_actor_id()
+        found = ray.get([handle.whereabouts.remote() for handle in handles])
+        self.nodes = [node for node, _, _ in found]
+        self.ids = [actor_id for _, _, actor_id in found]
+        self.names = [f"Ray actor {actor_id[:12]}, pid {pid} on {node}"
+                      for node, pid, actor_id in found]
+        self.logs = [log if log is not None and log.is_file() else None for log in logs]
+
+    def said(self, rank: int) -> str:
+        """Who actor `rank` is, with its last log line or where Ray keeps its log."""
+        if self.logs[rank] is not None:
+            return f"{self.names[rank]}{said(self.logs[rank])}"
+        return (f"{self.names[rank]}; its log is Ray's, on its node: ray logs actor --id "
+                f"{self.ids[rank]} --err")
 
 
 def ray_node() -> str:
@@ -78,9 +114,7 @@ class RayActors(ActorPool):
         self.pending: dict[Any, tuple[int, float]] = {}  # result ref -> rank, when asked
         self.started_ray = False
         self._message: tuple[bytes, Any] | None = None  # the last payload and its ref
-        self.nodes: list[str] = []  # each actor's Ray node, once started
-        self.actors: list[str] = []  # each actor's "Ray actor <id>, pid <pid> on <node>"
-        self.ids: list[str] = []  # each actor's Ray actor id
+        self.placed: Placed | None = None  # once started
 
     def start(self, learner: Learner, make_envs: Callable[[], gym.vector.VectorEnv],
               seed: int) -> None:
@@ -92,16 +126,11 @@ class RayActors(ActorPool):
         self.logs = [worker_log(f"actor-{rank}") for rank in range(self.n)]
         self.handles = [remote.remote(self.logs[rank], rank, self.n, copy, make_envs, seed,
                                       self.spec) for rank in range(self.n)]
-        found = ray.get([handle.whereabouts.remote() for handle in self.handles])
-        self.nodes = [node for node, _, _ in found]
-        self.ids = [actor_id for _, _, actor_id in found]
-        self.actors = [f"Ray actor {actor_id[:12]}, pid {pid} on {node}"
-                       for node, pid, actor_id in found]
-        # an actor whose node does not see the job's folder logs where Ray keeps its output
-        self.logs = [log if log is not None and log.is_file() else None for log in self.logs]
+        self.placed = Placed(self.handles, self.logs)
+        self.logs = self.placed.logs
 
     def placement(self) -> dict[int, str]:
-        return dict(enumerate(self.nodes))
+        return dict(enumerate(self.placed.nodes)) if self.placed else {}
 
     def submit(self, rank: int, payload: bytes | None, steps: int, step: int) -> None:
         import ray
@@ -121,7 +150,7 @@ class RayActors(ActorPool):
             now = perf_counter()
             for ref, (rank, since) in self.pending.items():
                 if ref not in ready and now - since > self.timeout_s:
-                    raise self.hung_error(rank, now - since, f" ({self._said(rank)})")
+                    raise self.hung_error(rank, now - since, f" ({self.placed.said(rank)})")
             for ref in ready:
                 del self.pending[ref]
             if ready or not block or (stop is not None and stop.is_set()):
@@ -131,21 +160,15 @@ class RayActors(ActorPool):
                     raise self._died(error) from None
         return []
 
-    def _said(self, rank: int) -> str:
-        """Who actor `rank` is, with its last log line or where Ray keeps its log."""
-        if self.logs[rank] is not None or not self.ids:
-            return f"{self.actors[rank]}{said(self.logs[rank])}"
-        return (f"{self.actors[rank]}; its log is Ray's, on its node: ray logs actor --id "
-                f"{self.ids[rank]} --err")
-
     def _died(self, error: Exception) -> ActorLost:
         """The ActorLost of a Ray actor Ray found dead: who, Ray's words for how it ended."""
-        rank = self.ids.index(error.actor_id) if error.actor_id in self.ids else None
+        ids = self.placed.ids
+        rank = ids.index(error.actor_id) if error.actor_id in ids else None
         words = getattr(error, "error_msg", str(error)).splitlines()[-1]
         how = words.split(" Some common causes")[0].removeprefix("The actor is dead because ")
         if rank is None:
             return self.died_error(f"(Ray actor {error.actor_id})", how[:300], look="")
-        return self.died_error(f"{rank} ({self._said(rank)})", how[:300], look="")
+        return self.died_error(f"{rank} ({self.placed.said(rank)})", how[:300], look="")
 
     def close(self) -> None:
         import ray

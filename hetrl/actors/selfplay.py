@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from hetrl.actors.base import Actors
-from hetrl.actors.ray import RayActors, init_ray, ray_node
+from hetrl.actors.ray import Placed, RayActors, init_ray, log_where_seen, whereabouts
 from hetrl.actors.worker_logs import log, log_to, worker_log
 from hetrl.actors.workers import (POLL_S, check_alive, hung, leave_stops_to_the_job, named,
                                   starting, stop_workers)
@@ -52,6 +52,7 @@ class SelfPlayWorker:
     def play(self, gen: int, weights: dict[str, torch.Tensor], n_games: int, concurrent: int,
              budget: int) -> Iterator[tuple[str, Any]]:
         """("game", record) for each game as it ends, then ("done", (leaves, batches))."""
+        log.info("generation %d: %d games", gen, n_games)
         self.net.load_state_dict(weights)
         rng = np.random.default_rng([self.seed, gen, self.rank])
         stats = SearchStats()
@@ -60,9 +61,17 @@ class SelfPlayWorker:
             yield "game", record
         yield "done", (stats.leaves, stats.batches)
 
-    def node(self) -> str:
-        """The Ray node this worker runs on (asked of Ray actors only)."""
-        return ray_node()
+
+class _RaySelfPlayWorker(SelfPlayWorker):
+    """A self-play worker as a Ray actor: it logs into `log_file` as ActorQ's Ray actors do
+    (`log_where_seen`), and says where it runs."""
+
+    def __init__(self, log_file: Path | None, *worker_args: Any) -> None:
+        log_where_seen(log_file)
+        super().__init__(*worker_args)
+
+    def whereabouts(self) -> tuple[str, int, str]:
+        return whereabouts()
 
 
 class PoolOptions(Protocol):
@@ -212,38 +221,41 @@ class RayWorkerPool(SelfPlayPool):
         import ray
 
         self.started_ray = init_ray(self.address, self.n)
-        remote = ray.remote(num_cpus=1)(SelfPlayWorker)
+        remote = ray.remote(num_cpus=1)(_RaySelfPlayWorker)
         spec, search = worker_spec(self.game, self.learner), vars(self.learner.search)
-        self.handles = [remote.remote(rank, spec, search, self.seed) for rank in range(self.n)]
-        self.nodes = ray.get([handle.node.remote() for handle in self.handles])
+        logs = [worker_log(f"selfplay-{rank}") for rank in range(self.n)]
+        self.handles = [remote.remote(logs[rank], rank, spec, search, self.seed)
+                        for rank in range(self.n)]
+        self.placed = Placed(self.handles, logs)
 
     def placement(self) -> dict[int, str]:
-        return dict(enumerate(self.nodes))
+        return dict(enumerate(self.placed.nodes))
 
     def play(self, games: int, concurrent: int, budget: int, gen: int,
              stats: SearchStats) -> list[GameRecord] | None:
         import ray
 
         weights = ray.put(plain_state_dict(self.learner.best))
-        streams = [handle.play.options(num_returns="streaming").remote(
-                       gen_, weights, share, conc, budget_)
-                   for handle, (gen_, share, conc, budget_)
-                   in zip(self.handles, self.tasks(games, concurrent, budget, gen))]
+        streams = {handle.play.options(num_returns="streaming").remote(
+                       gen_, weights, share, conc, budget_): rank
+                   for rank, (handle, (gen_, share, conc, budget_))
+                   in enumerate(zip(self.handles, self.tasks(games, concurrent, budget, gen)))}
         records: list[GameRecord] = []
         heard = time.monotonic()
         while streams:
             if self.stopping():
                 return None  # close() kills the actors
-            ready, _ = ray.wait(streams, num_returns=1, timeout=POLL_S)
+            ready, _ = ray.wait(list(streams), num_returns=1, timeout=POLL_S)
             if not ready and (silent := time.monotonic() - heard) > self.timeout_s:
-                raise hung("self-play Ray actor", [str(self.handles[k]) for k in range(self.n)],
+                raise hung("self-play worker", [f"{rank} ({self.placed.said(rank)})"
+                                                for rank in sorted(streams.values())],
                            silent, "selfplay.worker_timeout_s")
             heard = time.monotonic() if ready else heard
             for stream in ready:
                 try:
                     ref = next(stream)
                 except StopIteration:
-                    streams.remove(stream)
+                    del streams[stream]
                     continue
                 _take(ray.get(ref), records, stats)
         return records
@@ -283,7 +295,6 @@ def _worker(rank: int, spec: dict, search: dict, seed: int, tasks: Any, results:
     try:
         worker = SelfPlayWorker(rank, spec, search, seed)
         while (task := tasks.get()) is not None:
-            log.info("generation %d: %d games", task[0], task[2])
             for item in worker.play(*task):
                 results.put((*item, rank))
     except Exception:  # the loop reports it
