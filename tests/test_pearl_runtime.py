@@ -81,7 +81,7 @@ class RecordingReplay(UniformReplay):
 
     def __init__(self, slots: np.ndarray) -> None:
         super().__init__(4, gym.spaces.Box(-1, 1, (1,)), gym.spaces.Discrete(2),
-                         torch.device("cpu"))
+                         torch.device("cpu"), n_step=1, gamma=0.99)
         self.slots, self.priorities = slots, {}
 
     def sample(self, n: int) -> Batch:

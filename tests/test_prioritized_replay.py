@@ -20,7 +20,8 @@ from hetrl.replay.prioritized import PrioritizedReplay
 from hetrl.validation import validate
 
 OBS = gym.spaces.Box(-10, 10, (3,))
-PER = dict(fanout=16, alpha=0.6, beta=0.4, beta_final=1.0, beta_anneal=50, eps=0.01)
+PER = dict(n_step=1, gamma=0.99, fanout=16, alpha=0.6, beta=0.4, beta_final=1.0, beta_anneal=50,
+           eps=0.01)
 
 
 def _filled(capacity: int, n: int, **per) -> PrioritizedReplay:

@@ -12,7 +12,9 @@ import torch
 from helpers import compose_job, run_job
 
 from hetrl.build import check_replay_memory
+from hetrl.config.store import register
 from hetrl.config.errors import ConfigError
+from hetrl.options import made_option
 from hetrl.precision.uniform import UniformPrecision
 from hetrl.replay.loader import WindowLoader
 from hetrl.replay.uniform import UniformReplay
@@ -21,10 +23,11 @@ from hetrl.scheduler.state import LoopState
 from hetrl.scheduler.updates import Updates
 
 OBS = gym.spaces.Box(-10, 10, (3,))
+ONE_STEP = {"n_step": 1, "gamma": 0.99}  # one-step transitions, 0.99 their bootstrap discount
 
 
 def _filled(capacity: int, n: int, act_space=gym.spaces.Discrete(4)) -> UniformReplay:
-    replay = UniformReplay(capacity, OBS, act_space, torch.device("cpu"))
+    replay = UniformReplay(capacity, OBS, act_space, torch.device("cpu"), **ONE_STEP)
     for i in range(n):  # obs carries its insertion number, so rows can be identified
         obs = np.full((1, 3), i, dtype=np.float32)
         replay.add(obs, np.array([i % 4]), np.array([float(i)]), obs + 0.5, np.array([i % 2]))
@@ -52,11 +55,10 @@ def test_ring_overwrites_the_oldest_and_wraps_a_multi_env_add():
 def test_add_steps_stores_a_chunk_as_successive_adds_and_names_the_slots(kind, n_step):
     """An actor's chunk (steps, envs, ...) in one call: the same ring, n-step windows and
     priorities as one `add` per step, wrapping the seam, and the slots it wrote, in order."""
-    from hetrl.replay.prioritized import PrioritizedReplay
-
-    cls = PrioritizedReplay if kind == "prioritized" else UniformReplay
-    one, chunked = (cls(10, OBS, gym.spaces.Discrete(4), torch.device("cpu"), n_step=n_step)
-                    for _ in range(2))
+    register()
+    one, chunked = (made_option("replay", kind, capacity=10, obs_space=OBS,
+                                act_space=gym.spaces.Discrete(4), device=torch.device("cpu"),
+                                n_step=n_step) for _ in range(2))
     rng = np.random.default_rng(0)
     for _ in range(3):  # 3 chunks of 4 steps × 2 envs: 24 rows into 10 slots
         steps = (rng.normal(size=(4, 2, 3)).astype(np.float32), rng.integers(4, size=(4, 2)),
@@ -76,14 +78,14 @@ def test_add_steps_stores_a_chunk_as_successive_adds_and_names_the_slots(kind, n
 
 def test_continuous_actions_keep_their_shape_and_values():
     box = gym.spaces.Box(-2, 2, (2,))
-    replay = UniformReplay(10, OBS, box, torch.device("cpu"))
+    replay = UniformReplay(10, OBS, box, torch.device("cpu"), **ONE_STEP)
     replay.add(np.zeros((1, 3)), np.array([[0.25, -1.5]]), np.ones(1), np.zeros((1, 3)), np.zeros(1))
     assert replay.sample(3).actions.tolist() == [[0.25, -1.5]] * 3
 
 
 def test_state_round_trip_restores_contents_and_position():
     replay = _filled(16, 20)
-    copy = UniformReplay(16, OBS, gym.spaces.Discrete(4), torch.device("cpu"))
+    copy = UniformReplay(16, OBS, gym.spaces.Discrete(4), torch.device("cpu"), **ONE_STEP)
     copy.load_state_dict(replay.state_dict())
     assert (copy.pos, len(copy)) == (replay.pos, len(replay))
     np.random.seed(3)
@@ -101,7 +103,7 @@ def test_nbytes_is_what_the_arrays_take():
     frames = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     for obs, act in ((OBS, gym.spaces.Discrete(4)), (OBS, gym.spaces.Box(-1, 1, (2,))),
                      (frames, gym.spaces.Discrete(4))):
-        replay = UniformReplay(100, obs, act, torch.device("cpu"))
+        replay = UniformReplay(100, obs, act, torch.device("cpu"), **ONE_STEP)
         assert UniformReplay.nbytes(100, obs, act, steps=10) == _stored_bytes(replay)
 
 

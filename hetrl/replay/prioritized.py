@@ -31,9 +31,8 @@ class PrioritizedReplay(UniformReplay):
 
     def __init__(
         self, capacity: int, obs_space: gym.Space, act_space: gym.Space, device: torch.device,
-        n_step: int = 1, gamma: float = 0.99, *, fanout: int = 16, alpha: float = 0.6,
-        beta: float = 0.4, beta_final: float = 1.0, beta_anneal: int = 10_000,
-        eps: float = 0.01,
+        n_step: int, gamma: float, *, fanout: int, alpha: float, beta: float, beta_final: float,
+        beta_anneal: int, eps: float,
     ) -> None:
         super().__init__(capacity, obs_space, act_space, device, n_step, gamma)
         self.sampler = PrioritizedSampler(capacity, alpha, beta, beta_final, beta_anneal, eps,

@@ -26,7 +26,7 @@ class UniformReplay:
 
     def __init__(
         self, capacity: int, obs_space: gym.Space, act_space: gym.Space, device: torch.device,
-        n_step: int = 1, gamma: float = 0.99,
+        n_step: int, gamma: float,
     ) -> None:
         self.capacity = capacity
         self.device = device
