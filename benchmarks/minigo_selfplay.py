@@ -164,7 +164,7 @@ def training_rate(ranks: int, threads: int, game: GoGame, width: int, blocks: in
     learner = make_learner((game.planes, game.n, game.n), game.num_actions, width=width,
                            blocks=blocks, batch_size=batch, lr_values=[0.01], lr_boundaries=[],
                            momentum=0.9, l2=1e-4, value_weight=0.5, search={})
-    updates = Updates(learner, window, UniformPrecision("float32"), LoopState(), ranks)
+    updates = Updates(learner, window, UniformPrecision("float32", None), LoopState(), ranks)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     trainers = DataParallelTrainers(ranks, learner, 0, window) if ranks > 1 else None

@@ -4,6 +4,7 @@ read the real MLflow store they wrote, and start a real tracking server."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -22,7 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 from hetrl import experiment
 from hetrl.build import Components, build
 from hetrl.config.store import register
-from hetrl.options import compose_job
+from hetrl.options import compose_job, made_option
+from hetrl.precision.scaling import LossScaling
 from hetrl.tracking.empty_store import empty_store
 
 register()
@@ -40,6 +42,12 @@ def computed_dtype(t: torch.Tensor) -> torch.dtype:
         if torch.equal(t.float(), t.to(dtype).float()):
             return dtype
     return torch.float32
+
+
+def loss_scaling(**values: float) -> LossScaling:
+    """precision=fp16's loss scaling as its schema sets it, `values` in place of its own."""
+    register()
+    return dataclasses.replace(made_option("precision", "fp16").loss_scaling, **values)
 
 
 def build_job(*overrides: str, plan: bool = False) -> Components:

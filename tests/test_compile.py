@@ -12,7 +12,7 @@ from contextlib import nullcontext
 import numpy as np
 import pytest
 import torch
-from helpers import build_job
+from helpers import build_job, loss_scaling
 
 from hetrl.algos.base import Batch, Learner
 from hetrl.compiled import toolchain
@@ -25,7 +25,6 @@ from hetrl.platform.measure import random_batch
 from hetrl.partition.costs import Plan
 from hetrl.partition.graph import Kind
 from hetrl.precision.mixed import HardwareAwarePrecision
-from hetrl.precision.scaling import LossScaling
 from hetrl.scheduler.updates import learn
 from hetrl.validation import validate
 
@@ -115,8 +114,8 @@ def _mixed(learner: Learner) -> Learner:
               for n in graph.nodes]
     n = len(graph.nodes)
     plan = Plan(["cpu"], [0] * n, [0.0] * n, [0.0] * n, 0.0, 0.0, "test", dtypes=dtypes)
-    scaling = LossScaling(init_scale=2.0**24, growth_interval=3)
-    HardwareAwarePrecision(["bfloat16", "float16"], scaling).apply(learner, graph, plan, None)
+    scaling = loss_scaling(init_scale=2.0**24, growth_interval=3)
+    HardwareAwarePrecision(["bfloat16", "float16"], scaling, 1.0).apply(learner, graph, plan, None)
     return learner
 
 

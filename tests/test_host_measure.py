@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from helpers import build_job, compose_job, computed_dtype, mlflow_runs, run_job
+from helpers import build_job, compose_job, computed_dtype, loss_scaling, mlflow_runs, run_job
 from test_planning import strict_json
 
 from hetrl import checkpoint, experiment
@@ -133,8 +133,8 @@ def test_the_mixed_plan_applies_its_measured_dtypes_per_layer():
     graph = learner.task_graph(learner.batch_size)
     step = plan_measured_step(learner, c.platform, SinglePartitioner("cpu"), *c.spaces.values(),
                               costs=_fake_costs(graph, bf16_for={"critic"}))
-    HardwareAwarePrecision(["bfloat16", "float16", "float32"]).apply(learner, graph, step.plan,
-                                                                     c.platform)
+    HardwareAwarePrecision(["bfloat16", "float16", "float32"], loss_scaling(), 1.0).apply(
+        learner, graph, step.plan, c.platform)
     # the hooks pickle (an actor pool's processes take a pickled copy of the learner)
     twin = pickle.loads(pickle.dumps(learner))
     seen = {}

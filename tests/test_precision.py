@@ -7,14 +7,13 @@ import contextlib
 import gymnasium as gym
 import pytest
 import torch
-from helpers import computed_dtype, run_job
+from helpers import computed_dtype, loss_scaling, run_job
 from torch import nn
 
 from hetrl.algos.dqn import DQN
 from hetrl.precision import native as precision_native
 from hetrl.precision.layers import compute_layers_in, round_to_bfloat16
 from hetrl.precision.native import RoundedCompute
-from hetrl.precision.scaling import LossScaling
 
 
 def test_formats_behave_as_ieee_and_bfloat16_say():
@@ -136,7 +135,7 @@ def test_loss_scaling_rescues_tiny_fp16_gradients():
 
     exact = grads(torch.float32, 1.0)
     assert torch.all(grads(torch.float16, 1.0) == 0)  # underflows unscaled
-    scaled = grads(torch.float16, LossScaling().init_scale)
+    scaled = grads(torch.float16, loss_scaling().init_scale)
     assert torch.allclose(scaled, exact, rtol=1e-2, atol=0)
 
 
@@ -150,7 +149,7 @@ def _dqn() -> DQN:
 
 def test_an_overflow_skips_the_step_and_backs_off_clean_steps_grow_the_scale():
     learner = _dqn()
-    learner.scaler = LossScaling(init_scale=1024.0, growth_interval=3).scaler(learner.device)
+    learner.scaler = loss_scaling(init_scale=1024.0, growth_interval=3).scaler(learner.device)
     before = [p.detach().clone() for p in learner.q.parameters()]
     loss = learner.q(torch.randn(8, 4)).sum() * float("inf")
     learner.optimize(learner.optimizer, loss, max_grad_norm=10.0)

@@ -150,7 +150,7 @@ def test_the_update_step_samples_a_ranks_share_of_the_batch():
                               update=lambda batch: seen.append(len(batch.zs)) or {})
     window = GenerationWindow(1, np.random.default_rng(0), [_generation(0, 20)])
     for ranks in (1, 2, 3):
-        Updates(learner, window, UniformPrecision("float32"), LoopState(), ranks).step()
+        Updates(learner, window, UniformPrecision("float32", None), LoopState(), ranks).step()
     assert seen == [8, 4, 2]
 
 
@@ -202,7 +202,7 @@ def test_the_update_step_trains_on_the_loaders_batches():
                               update=lambda batch: seen.append(batch.zs) or {})
     loader = WindowLoader(GenerationWindow(1, np.random.default_rng(3), [_rows(30)]))
     direct = GenerationWindow(1, np.random.default_rng(3), [_rows(30)])
-    updates = Updates(learner, loader, UniformPrecision("float32"), LoopState())
+    updates = Updates(learner, loader, UniformPrecision("float32", None), LoopState())
     with loader.reading(3):
         for _ in range(3):
             updates.step()

@@ -72,7 +72,7 @@ def test_the_update_step_follows_the_schedule_and_hands_back_priorities():
         learning_starts=8, updates=0,
         update=lambda batch: {"loss": torch.tensor(1.0), "td_errors": torch.tensor([0.5, 2.0])})
     replay, state = _PrioritizedReplay(), LoopState()
-    updates = Updates(learner, replay, UniformPrecision("float32"), state)
+    updates = Updates(learner, replay, UniformPrecision("float32", None), state)
     # 6 env steps: one train_freq of 4, but not past learning_starts (8); 2 steps carry over
     assert updates.owed(6) == 0 and state.pending == 2
     # 2 + 6 more: two train_freqs, past learning_starts: 3 updates each

@@ -33,10 +33,9 @@ from hetrl.precision.scaling import LossScaling
 class HardwareAwarePrecision:
     needs = PrecisionNeeds(plan=True)
 
-    def __init__(self, prefer: list[str], loss_scaling: LossScaling | None = None,
-                 min_speedup: float = 1.0) -> None:
+    def __init__(self, prefer: list[str], loss_scaling: LossScaling, min_speedup: float) -> None:
         self.prefer = [DType(d) for d in prefer]
-        self.loss_scaling = loss_scaling or LossScaling()
+        self.loss_scaling = loss_scaling
         self.min_speedup = min_speedup
 
     @property

@@ -59,8 +59,8 @@ class QATPrecision(UniformPrecision):
     # serializes them only through state_dict); ActorQ's actors quantize by `actors.precision`
     needs = PrecisionNeeds(travels=False)
 
-    def __init__(self, bits: int, quant_delay: int, per_channel: bool = True) -> None:
-        super().__init__("float32")
+    def __init__(self, bits: int, quant_delay: int, per_channel: bool) -> None:
+        super().__init__("float32", None)
         self.bits, self.quant_delay, self.per_channel = bits, quant_delay, per_channel
 
     def apply(self, learner: Learner, graph: TaskGraph | None, plan: Plan | None,

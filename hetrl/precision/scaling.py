@@ -12,10 +12,10 @@ class LossScaling:
     """Scale S starts at `init_scale`; an overflow skips the step and multiplies S by
     `backoff_factor`; `growth_interval` clean steps multiply it by `growth_factor`."""
 
-    init_scale: float = 2.0**16
-    growth_factor: float = 2.0
-    backoff_factor: float = 0.5
-    growth_interval: int = 200  # the spec's suggestion for short RL runs (GradScaler: 2000)
+    init_scale: float  # the values are precision.loss_scaling's (LossScalingConfig)
+    growth_factor: float
+    backoff_factor: float
+    growth_interval: int
 
     def scaler(self, device: torch.device) -> torch.amp.GradScaler:
         return torch.amp.GradScaler(

@@ -23,10 +23,10 @@ class UniformPrecision:
 
     needs = PrecisionNeeds()
 
-    def __init__(self, dtype: str, loss_scaling: LossScaling | None = None) -> None:
+    def __init__(self, dtype: str, loss_scaling: LossScaling | None) -> None:
         self.dtype_name = DType(dtype).value
         self.dtype = getattr(torch, self.dtype_name)
-        self.loss_scaling = loss_scaling or LossScaling()
+        self.loss_scaling = loss_scaling  # float16's; None where nothing is scaled
 
     @property
     def host_dtypes(self) -> tuple[str, ...]:

@@ -202,7 +202,7 @@ def _rank_main(rank: int, world: int, rendezvous: str, kwargs: dict, optimizer: 
         window = GenerationWindow(window_size, np.random.default_rng([seed, rank]))
         loader = WindowLoader(window)  # as rank 0's: a batch read ahead
         # fp32: the run's precision (autocast, loss scaling) is applied on rank 0 alone
-        updates = Updates(learner, loader, UniformPrecision("float32"), LoopState(), world)
+        updates = Updates(learner, loader, UniformPrecision("float32", None), LoopState(), world)
         while (task := inbox.get()) is not None:
             if task[0] == "generation":
                 window.add(task[1])
