@@ -36,8 +36,7 @@ class HostPlatform:
     """This machine's torch devices. With `measure_layers`, a job times each node of its
     training step on each of them (`hetrl.platform.measure`) and plans over those costs."""
 
-    def __init__(self, device: str, threads: int | None = None,
-                 measure_layers: bool = True) -> None:
+    def __init__(self, device: str, threads: int | None, measure_layers: bool) -> None:
         self.device = resolve_device(device)
         self.measure_layers = measure_layers
         configure_torch(threads)

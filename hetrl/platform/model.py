@@ -47,9 +47,8 @@ class ModeledPlatform:
     kinds and resources, joined by links (see `LinkNetwork`)."""
 
     def __init__(self, name: str, device: str, host: str, devices: Mapping[str, DeviceSpec],
-                 links: Sequence[LinkSpec] = (),
-                 baselines: Mapping[str, BaselineSpec] | None = None,
-                 threads: int | None = 1, host_runtime_s: float = 0.0) -> None:
+                 links: Sequence[LinkSpec], baselines: Mapping[str, BaselineSpec] | None,
+                 threads: int | None, host_runtime_s: float) -> None:
         configure_torch(threads)
         self.host_runtime_s = host_runtime_s  # PEARL: one hand-over between host primitives
         self.name = name
