@@ -231,7 +231,7 @@ def test_the_end_summary_shows_the_greedy_evaluation_beside_the_training_mean(jo
     from hetrl.tracking.base import NullTracker
 
     folder, results, _ = job
-    summary = _end_summary("job", results, folder, NullTracker())
+    summary = _end_summary("job", results, folder, NullTracker(None, None))
     training = summary.index("return_mean_100")
     greedy = summary.index(f"greedy eval/final_return_mean {results['eval/final_return_mean']:.4g}"
                            f" ± {results['eval/final_return_ci95']:.2g}"
@@ -249,7 +249,8 @@ def test_the_start_line_announces_the_reference_run_it_will_train(overrides, ann
     from hetrl.tracking.reward_error import twin_to_train
 
     cfg, choices = compose_job("steps=1234", *overrides)
-    twin = twin_to_train(cfg, choices, NullTracker())
-    line = _start_line(cfg, "job", Path("out"), NullTracker(), None, _twin_note(cfg, twin))
+    tracker = NullTracker(None, None)
+    twin = twin_to_train(cfg, choices, tracker)
+    line = _start_line(cfg, "job", Path("out"), tracker, None, _twin_note(cfg, twin))
     note = "then its reference run (precision=fp32, for reward_error_pct): another 1,234 env steps"
     assert (note in line and "reference=find skips it" in line) == announced

@@ -90,7 +90,7 @@ def test_each_interpolation_is_written_once():
 
 
 @pytest.mark.parametrize("group", ["scheduler", "actors", "partitioner", "replay", "precision",
-                                   "platform"])
+                                   "platform", "tracking"])
 def test_constructors_repeat_no_default_of_their_config(group):
     """A value lives in its YAML or its schema, never also as a keyword default of the
     constructor the config builds (the learners' are the update step's issue's)."""

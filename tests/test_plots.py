@@ -45,7 +45,7 @@ def legend_is_outside(fig, ax) -> bool:
 def test_the_gantt_names_devices_dtypes_and_transfers(tmp_path, figures):
     c = build_job("algo=ddpg", "platform=versal", "precision=mixed", "partitioner=heft",
                   "algo.hidden=[64,64]", "compile=false", plan=True)  # the plan, no compile
-    tracker = NullTracker()
+    tracker = NullTracker(None, None)
     log_plan(tracker, c.step_plan, c.precision, c.platform, c.learner.batch_size, tmp_path,
              "ddpg-versal-mixed")
     (fig,) = figures
@@ -72,7 +72,7 @@ def test_the_learning_curve_marks_learning_starts_and_the_fp32_reference(tmp_pat
     cfg, _ = compose_job("algo=dqn", "algo.learning_starts=500")
     state = LoopState()
     state.history = [(step, step / 100) for step in range(250, 3001, 250)]
-    log_learning_curve(NullTracker(), state.history, cfg.algo.learning_starts,
+    log_learning_curve(NullTracker(None, None), state.history, cfg.algo.learning_starts,
                        {"reward_reference": 42.0}, tmp_path, "dqn-cartpole-host-bf16-s0")
     (fig,) = figures
     ax = fig.axes[0]

@@ -13,6 +13,8 @@ JOB = ("algo=dqn", "steps=600", "algo.learning_starts=200", "algo.train_freq=4",
 """100 updates, the reward error on the final training return (no final greedy evaluation:
 not what is compared)."""
 
+NO_TRACKING = NullTracker(None, None)  # keeps nothing
+
 
 def test_the_fp32_reference_is_trained_once_then_reused(tmp_path):
     first = run_job(tmp_path, *JOB, "precision=bf16")
@@ -49,11 +51,11 @@ def _twin(updates: float):
 def test_no_reward_error_when_either_run_made_no_update(tmp_path, own, twin):
     cfg, choices = compose_job("precision=bf16", "tracking=none")
     results = {"return_mean_100": 12.0, "updates": own}
-    metrics = reference_metrics(cfg, choices, results, [], [], tmp_path, NullTracker(),
+    metrics = reference_metrics(cfg, choices, results, [], [], tmp_path, NO_TRACKING,
                                 train_twin=_twin(twin))
     assert "reward_error_pct" not in metrics
     both = reference_metrics(cfg, choices, {**results, "updates": 5.0}, [], [], tmp_path,
-                             NullTracker(), train_twin=_twin(5.0))
+                             NO_TRACKING, train_twin=_twin(5.0))
     assert both["reward_error_pct"] == pytest.approx(20.0)
 
 
@@ -62,11 +64,11 @@ def test_no_reward_error_when_either_run_made_no_update(tmp_path, own, twin):
 def test_reference_find_trains_no_twin(tmp_path, job):
     cfg, choices = compose_job(*job, "tracking=none")
     results, history = {"return_mean_100": 12.0, "updates": 5.0}, [(100, 12.0)]
-    trained = reference_metrics(cfg, choices, results, history, [1.0], tmp_path, NullTracker(),
+    trained = reference_metrics(cfg, choices, results, history, [1.0], tmp_path, NO_TRACKING,
                                 train_twin=_twin(5.0))
     assert {"reward_reference", "reward_fp32_actors"} & trained.keys()
     cfg.reference = "find"
-    assert reference_metrics(cfg, choices, results, history, [1.0], tmp_path, NullTracker(),
+    assert reference_metrics(cfg, choices, results, history, [1.0], tmp_path, NO_TRACKING,
                              train_twin=_twin(5.0)) == {}
 
 

@@ -50,8 +50,8 @@ class NullTracker:
 
     run_id: str | None = None
 
-    def __init__(self, uri: str | None = None, experiment: str | None = None) -> None:
-        pass
+    def __init__(self, uri: str | None, experiment: str | None) -> None:
+        pass  # the keys every tracking option has, unused
 
     def start(self, name: str, tags: Mapping[str, str], run_id: str | None = None) -> None:
         pass

@@ -266,8 +266,8 @@ def _check_writable(db: Path, uri: str) -> None:
 
 
 class MlflowTracker:
-    def __init__(self, uri: str, experiment: str, parent_run_id: str | None = None,
-                 system_metrics_s: float = 10.0, view_columns: Sequence[str] = ()) -> None:
+    def __init__(self, uri: str, experiment: str, parent_run_id: str | None,
+                 system_metrics_s: float, view_columns: Sequence[str]) -> None:
         self.uri = uri
         self.client, self.experiment_id = client_for(uri, experiment, view_columns)
         self.parent_run_id = parent_run_id

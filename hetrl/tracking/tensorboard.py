@@ -20,8 +20,7 @@ RUN_FILE = "run.json"
 
 
 class TensorboardTracker:
-    def __init__(self, logdir: str, uri: str | None = None, experiment: str | None = None
-                 ) -> None:
+    def __init__(self, logdir: str, uri: str | None, experiment: str | None) -> None:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as error:  # the optional `tensorboard` package
