@@ -89,11 +89,11 @@ def test_each_interpolation_is_written_once():
     assert not twice, twice
 
 
-@pytest.mark.parametrize("group", ["scheduler", "actors", "partitioner", "replay", "precision",
-                                   "platform", "tracking"])
+@pytest.mark.parametrize("group", ["algo", "scheduler", "actors", "partitioner", "replay",
+                                   "precision", "platform", "tracking"])
 def test_constructors_repeat_no_default_of_their_config(group):
     """A value lives in its YAML or its schema, never also as a keyword default of the
-    constructor the config builds (the learners' are the update step's issue's)."""
+    constructor the config builds (env's options build through a function, not a class)."""
     twins = []
     for name in group_options(group):
         schema = SCHEMAS[group][option_schema(group, name).removeprefix(f"schema/{group}/")]

@@ -142,7 +142,7 @@ def _unequal_agents(algo: type[MADDPG], **extra) -> tuple[MADDPG, list[Batch]]:
     learner = algo(obs_space, act_space, tau=0.1, max_grad_norm=0.5, policy_reg=1e-3,
                    batch_size=8, buffer_size=64, learning_starts=0, train_freq=1,
                    gradient_steps=1, device=torch.device("cpu"), hidden=[16], lr=0.01,
-                   gamma=0.95, **extra)
+                   gamma=0.95, policy_hidden=None, **extra)
     batches = [random_batch(learner, obs_space, act_space, learner.batch_size, learner.device,
                             seed=seed) for seed in range(2)]
     return learner, batches

@@ -144,7 +144,8 @@ def _dqn() -> DQN:
                target_update_interval=10, exploration_fraction=0.1, exploration_initial_eps=1.0,
                exploration_final_eps=0.05, max_grad_norm=10.0, td_loss="huber", total_steps=100,
                device=torch.device("cpu"), batch_size=8, buffer_size=100, learning_starts=0,
-               train_freq=1, gradient_steps=1, hidden=[16], lr=1e-3, gamma=0.99)
+               train_freq=1, gradient_steps=1, hidden=[16], lr=1e-3, gamma=0.99, cnn="nature",
+               policy_hidden=None)
 
 
 def test_an_overflow_skips_the_step_and_backs_off_clean_steps_grow_the_scale():

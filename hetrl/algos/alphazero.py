@@ -120,7 +120,8 @@ class AlphaZero(Learner):
                  lr_values: list[float], lr_boundaries: list[int], momentum: float,
                  l2: float, value_weight: float, search: dict[str, Any],
                  **_: Any) -> None:
-        super().__init__(device=device, hidden=[width] * blocks, lr=lr_values[0], gamma=1.0)
+        super().__init__(device=device, hidden=[width] * blocks, lr=lr_values[0], gamma=1.0,
+                         policy_hidden=None)
         # what another process needs to make the same learner (data-parallel trainers)
         self.init_kwargs = {"obs_shape": tuple(obs_space.shape), "num_actions": int(act_space.n),
                                 "width": width, "blocks": blocks, "batch_size": batch_size,

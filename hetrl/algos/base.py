@@ -94,7 +94,7 @@ class Learner(nn.Module):
         hidden: list[int],
         lr: float,
         gamma: float,
-        policy_hidden: list[int] | None = None,
+        policy_hidden: list[int] | None,
     ) -> None:
         super().__init__()
         self.device = device

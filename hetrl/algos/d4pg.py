@@ -49,7 +49,7 @@ class D4PG(DDPG):
         v_max: float,
         atoms: int,
         n_step: int,
-        actor_noise_max: float | None = None,
+        actor_noise_max: float | None,
         **ddpg,
     ) -> None:
         del n_step  # the replay's (`replay.n_step` follows it): targets use batch.discounts

@@ -36,7 +36,7 @@ class DQN(OffPolicyLearner):
         max_grad_norm: float,
         td_loss: str,
         total_steps: int,
-        cnn: str = "nature",
+        cnn: str,
         **common,
     ) -> None:
         super().__init__(**common)
