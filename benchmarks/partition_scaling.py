@@ -29,9 +29,9 @@ import time
 import numpy as np
 from common import parse_args, table, write_results
 
-from hetrl.partition.heft import HeftPartitioner
 from hetrl.config.store import register
-from hetrl.options import made_option
+from hetrl.options import made_option, option_yaml
+from hetrl.partition.heft import HeftPartitioner
 from hetrl.partition.objective import objective
 from hetrl.partition.synthetic import US, random_costs
 
@@ -39,7 +39,9 @@ from hetrl.partition.synthetic import US, random_costs
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[15, 30, 60, 100, 200, 500])
-    parser.add_argument("--time-limit", type=float, help="CBC's seconds (default: partitioner=ilp's)")
+    parser.add_argument("--time-limit", type=float,
+                        default=option_yaml("partitioner", "ilp").time_limit_s,
+                        help="CBC's seconds (default: partitioner=ilp's)")
     parser.add_argument("--tightness", type=float, default=0.4)
     parser.add_argument("--disjunctive", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
@@ -48,9 +50,9 @@ def main() -> None:
     if args.smoke:
         args.sizes, args.time_limit = [15, 30], 2.0
     register()
-    ilp = made_option("partitioner", "ilp", disjunctive=args.disjunctive,
-                      **({"time_limit_s": args.time_limit} if args.time_limit else {}))
-    print(f"method {ilp.method}, time limit {ilp.time_limit_s} s, tightness {args.tightness}\n")
+    ilp = made_option("partitioner", "ilp", time_limit_s=args.time_limit,
+                      disjunctive=args.disjunctive)
+    print(f"method {ilp.method}, time limit {args.time_limit} s, tightness {args.tightness}\n")
     rows = []
     for n in args.sizes:
         costs = random_costs(np.random.default_rng(args.seed + n), n, tightness=args.tightness)
