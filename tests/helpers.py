@@ -21,8 +21,10 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from hetrl import experiment
+from hetrl.algos.alphazero import AlphaZero, make_learner
 from hetrl.build import Components, build
 from hetrl.config.store import register
+from hetrl.envs.go import GoGame
 from hetrl.options import compose_job, made_option
 from hetrl.precision.scaling import LossScaling
 from hetrl.tracking.empty_store import empty_store
@@ -48,6 +50,16 @@ def loss_scaling(**values: float) -> LossScaling:
     """precision=fp16's loss scaling as its schema sets it, `values` in place of its own."""
     register()
     return dataclasses.replace(made_option("precision", "fp16").loss_scaling, **values)
+
+
+def tiny_go5() -> tuple[GoGame, AlphaZero]:
+    """go5 and an 8-wide AlphaZero of one block searching 8 readouts a move, for the self-play
+    worker pools' tests."""
+    game = GoGame(5)
+    return game, make_learner((game.planes, 5, 5), game.num_actions, width=8, blocks=1,
+                              batch_size=8, lr_values=[0.01], lr_boundaries=[], momentum=0.9,
+                              l2=1e-4, value_weight=0.5,
+                              search={"readouts": 8, "fast_readouts": 4})
 
 
 def build_job(*overrides: str, plan: bool = False) -> Components:

@@ -12,15 +12,13 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers import compose_job, local_ray, metric_history, run_job, tracking_uri
+from helpers import compose_job, local_ray, metric_history, run_job, tiny_go5, tracking_uri
 from mlflow.tracking import MlflowClient
 from test_alphazero import TINY
 
 from hetrl.actors.selfplay import RayWorkerPool, WorkerPool
-from hetrl.algos.alphazero import AlphaZero, make_learner
 from hetrl.algos.mcts import SearchStats
 from hetrl.config.errors import ConfigError
-from hetrl.envs.go import GoGame
 from hetrl.faults import WorkerLost
 from hetrl.validation import validate
 
@@ -61,7 +59,7 @@ def test_ray_and_process_workers_play_the_same_games(local_ray):
     """The same workers wherever they run: with the same weights, seed and generation, the
     Ray actors play move for move the games the OS processes play."""
 
-    game, learner = _tiny()
+    game, learner = tiny_go5()
     games = {}
     for name, pool in (("process", lambda: WorkerPool(2, game, learner, seed=3, timeout_s=600)),
                        ("ray", lambda: RayWorkerPool(2, game, learner, seed=3, timeout_s=600,
@@ -82,7 +80,7 @@ def test_a_hung_ray_worker_is_named_with_its_last_log_line(tmp_path: Path, local
     actor id, pid and node, and the last line of its own log in the job's workers/ folder."""
     job_log = logging.FileHandler(tmp_path / "job.log")  # the job's log file, as Hydra's
     logging.getLogger().addHandler(job_log)
-    game, learner = _tiny()
+    game, learner = tiny_go5()
     workers = RayWorkerPool(2, game, learner, seed=3, timeout_s=2, address=None)
     try:
         workers.start()
@@ -100,12 +98,3 @@ def test_a_hung_ray_worker_is_named_with_its_last_log_line(tmp_path: Path, local
     finally:
         logging.getLogger().removeHandler(job_log)
         workers.close()
-
-
-def _tiny() -> tuple[GoGame, AlphaZero]:
-    """go5 and an 8-wide AlphaZero of one block searching 8 readouts a move."""
-    game = GoGame(5)
-    return game, make_learner((game.planes, 5, 5), game.num_actions, width=8, blocks=1,
-                              batch_size=8, lr_values=[0.01], lr_boundaries=[], momentum=0.9,
-                              l2=1e-4, value_weight=0.5,
-                              search={"readouts": 8, "fast_readouts": 4})

@@ -14,14 +14,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import run_job
+from helpers import run_job, tiny_go5
 
 from hetrl import checkpoint, experiment
 from hetrl.actors.selfplay import SelfPlayPool, WorkerPool
 from hetrl.actors.worker_logs import log, log_to
-from hetrl.algos.alphazero import make_learner
 from hetrl.algos.mcts import SearchStats
-from hetrl.envs.go import GoGame
 from hetrl.faults import Stopped, StopRequest, WorkerLost
 from hetrl.scheduler import selfplay
 
@@ -147,10 +145,7 @@ def test_a_ctrl_c_to_the_workers_while_they_start_leaves_them_to_the_job(capfd):
     they ignore it (the job, which gets it as well, stops them), print no traceback, and
     play their games. (signal_trials: a basic self-play sweep's workers, Ctrl-C'd, printed
     KeyboardInterrupt tracebacks.)"""
-    game = GoGame(5)
-    learner = make_learner((game.planes, 5, 5), game.num_actions, width=8, blocks=1,
-                           batch_size=8, lr_values=[0.01], lr_boundaries=[], momentum=0.9,
-                           l2=1e-4, value_weight=0.5, search={"readouts": 8, "fast_readouts": 4})
+    game, learner = tiny_go5()
     workers = WorkerPool(2, game, learner, seed=3, timeout_s=600)
     try:
         workers.start()
