@@ -58,7 +58,6 @@ def test_ray_needs_workers():
 def test_ray_and_process_workers_play_the_same_games(local_ray):
     """The same workers wherever they run: with the same weights, seed and generation, the
     Ray actors play move for move the games the OS processes play."""
-
     game, learner = tiny_go5()
     games = {}
     for name, pool in (("process", lambda: WorkerPool(2, game, learner, seed=3, timeout_s=600)),
