@@ -48,7 +48,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property, partial
+from functools import cached_property
 from pathlib import Path
 
 if "--omp-passive" in sys.argv:  # must be set before torch (and its OpenMP runtime) loads
@@ -79,7 +79,6 @@ from plain_torch import plain_ddpg, plain_dqn
 
 from hetrl.algos.base import Batch
 from hetrl.precision.native import emulates
-from hetrl.scheduler.updates import learn
 
 warnings.filterwarnings("ignore", category=UserWarning)
 
@@ -192,7 +191,7 @@ def hetrl_learner(w: Workload, fill: int, *extra: str) -> tuple[Callable, Callab
     c.replay.add(*random_transitions(w.env_id, fill))
     fixed = [c.replay.sample(w.batch) for _ in range(16)]
     autocast = lambda: c.precision.autocast(c.platform.device)
-    update = partial(learn, c.learner)  # counted, as the loops count (DQN's target copy)
+    update = c.learner.learn  # counted, as the loops count (DQN's target copy)
     return (repeat(update, lambda i: c.replay.sample(w.batch), w.updates, autocast),
             repeat(update, lambda i: fixed[i % 16], w.updates, autocast), fixed)
 

@@ -25,7 +25,6 @@ from hetrl.platform.measure import random_batch
 from hetrl.partition.costs import Plan
 from hetrl.partition.graph import Kind
 from hetrl.precision.mixed import HardwareAwarePrecision
-from hetrl.scheduler.updates import learn
 from hetrl.validation import validate
 
 SMALL = {"alphazero": ("algo.width=8", "algo.blocks=1", "algo.batch_size=16"),
@@ -66,7 +65,7 @@ def _train(learner: Learner, batches: list, updates: int, start: int = 0) -> lis
     metrics = []
     for u in range(start, start + updates):
         torch.manual_seed(u)  # the same draws (TD3's smoothing, MADDPG's Gumbel) either way
-        metrics.append(learn(learner, batches[u % len(batches)]))
+        metrics.append(learner.learn(batches[u % len(batches)]))
     return metrics
 
 
@@ -183,7 +182,7 @@ def test_the_update_step_counts_updates_and_the_learner_does_not():
     batch = _batches(learner, spaces, 1)[0]
     learner.update(batch)
     assert learner.updates == 0
-    learn(learner, batch)
+    learner.learn(batch)
     assert learner.updates == 1
 
 

@@ -12,11 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from helpers import hetrl_cli, metric_history, mlflow_runs
 
 from hetrl import experiment
+from hetrl.build import build
 from hetrl.config.errors import ConfigError
 from hetrl.options import compose_job
+from hetrl.platform.measure import random_batch
 from hetrl.scheduler.state import LoopState
 from hetrl.scheduler.updates import Updates
 from hetrl.validation import validate
@@ -51,6 +54,23 @@ def test_an_algorithm_expected_sarsa(tmp_path: Path):
     results = train(tmp_path, "algo=expected_sarsa", *OFF_POLICY)
     assert results["updates"] == (600 - 200) // 4  # DQN's schedule: one update per train_freq
     assert np.isfinite(results["learner/loss"]) and "return_mean_100" in results
+
+
+def test_an_algorithms_declared_rule_is_counted_once_and_syncs_its_target_on_time():
+    """The update step counts the updates (the rule never does), so the target network is
+    copied on every `target_update_interval`-th update, not twice as often."""
+    cfg, _ = job("algo=expected_sarsa", "algo.target_update_interval=3", "algo.batch_size=8")
+    c = build(cfg, plan=False)
+    c.envs.close()
+    learner = c.learner
+    batches = [random_batch(learner, **c.spaces, n=8, device=learner.device, seed=seed)
+               for seed in range(7)]
+    synced = []
+    for batch in batches:
+        learner.learn(batch)
+        synced.append(torch.equal(learner.q[0].weight, learner.q_target[0].weight))
+    assert learner.updates == 7
+    assert synced == [False, False, True, False, False, True, False]
 
 
 def test_an_algorithm_is_checked_by_its_class_flags_and_schema():

@@ -22,7 +22,6 @@ from hetrl.compiled.step import GraphStep
 from hetrl.config.errors import ConfigError
 from hetrl.envs.mpe import MpeVectorEnv
 from hetrl.platform.measure import random_batch
-from hetrl.scheduler.updates import learn
 from hetrl.tracking.reward_error import reference_job
 from hetrl.validation import validate
 
@@ -176,7 +175,7 @@ def test_one_update_trains_every_trainer_on_its_own_rows(algo, extra):
     for u in range(4):
         for trained in (eager, functional):
             torch.manual_seed(u)
-            learn(trained, batches[u % 2])
+            trained.learn(batches[u % 2])
     before, after = learner.state_dict(), eager.state_dict()
     for name in ("actors", "critics", "actor_targets", "critic_targets"):
         for i in range(3):

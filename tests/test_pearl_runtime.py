@@ -98,7 +98,7 @@ class RecordingLearner:
     batch_size, train_freq, gradient_steps, learning_starts, updates = 2, 1, 1, 0, 0
     device = torch.device("cpu")
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def learn(self, batch: Batch) -> dict[str, torch.Tensor]:
         self.seen = batch.obs.clone()
         return {"td_errors": batch.obs[:, 0] * 10}
 
@@ -327,7 +327,6 @@ def test_cpu_trainers_sub_batch_gives_the_whole_batchs_update(algo):
     import copy
 
     from hetrl.scheduler.pearl_train import CpuTrainers
-    from hetrl.scheduler.updates import learn
 
     env = "cartpole" if algo == "dqn" else "pendulum"
     c = build_job(f"algo={algo}", f"env={env}", "algo.hidden=[16]", "algo.batch_size=32",
@@ -346,7 +345,7 @@ def test_cpu_trainers_sub_batch_gives_the_whole_batchs_update(algo):
     try:
         trainers.set(trainers=2, b=12)
         assert split.split_loss is not None
-        expected, got = learn(whole, batch), learn(split, batch)
+        expected, got = whole.learn(batch), split.learn(batch)
     finally:
         trainers.close()
     assert trainers.train_cpu_s > 0 and split.split_loss is None

@@ -17,7 +17,6 @@ from hetrl.config.errors import ConfigError
 from hetrl.quant import (QuantSpec, compress_state_dict, decompress_state_dict, dequantize_affine,
                          fake_quant_ste, load_into, paper_fake_quant, paper_scale,
                          payload_bytes, quantize_affine, quantize_policy)
-from hetrl.scheduler.updates import learn
 from hetrl.validation import validate
 
 
@@ -214,7 +213,7 @@ def _dqn(*overrides: str):
 def _train(learner, updates: int = 8):
     g = torch.Generator().manual_seed(1)
     for _ in range(updates):
-        learn(learner, Batch(torch.randn(16, 4, generator=g),
+        learner.learn(Batch(torch.randn(16, 4, generator=g),
                              torch.randint(0, 2, (16,), generator=g).float(),
                              torch.randn(16, generator=g), torch.randn(16, 4, generator=g),
                              torch.zeros(16)))

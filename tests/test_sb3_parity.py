@@ -14,7 +14,6 @@ import torch
 from helpers import build_job, compose_job
 
 from hetrl.algos.base import Batch
-from hetrl.scheduler.updates import learn
 
 sb3 = pytest.importorskip("stable_baselines3", reason="pip install -e '.[bench]'")
 
@@ -44,7 +43,7 @@ def test_dqn_updates_as_sb3s_on_the_same_batches(td_loss):
                                     rewards.view(-1, 1), None)
         model.replay_buffer.sample = lambda *args, batch=batch, **kwargs: batch
         model.train(gradient_steps=1, batch_size=n)
-        learn(learner, Batch(obs, actions, rewards, next_obs, terminated,
+        learner.learn(Batch(obs, actions, rewards, next_obs, terminated,
                              discounts=torch.full((n,), learner.gamma)))
     for ours, theirs in zip(learner.q.parameters(), model.q_net.q_net.parameters()):
         np.testing.assert_allclose(ours.detach(), theirs.detach(), atol=1e-6)

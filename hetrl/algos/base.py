@@ -71,8 +71,7 @@ class Learner(nn.Module):
     declare their update as `stages` (and `targets`: `hetrl.algos.rule`); their networks
     and optimizers are found by attribute. A learner is an `OffPolicyLearner` or an
     `OnPolicyLearner`: the loop that trains it reads its schedule there. `updates` counts
-    the updates made: the update step counts them (`hetrl.scheduler.updates.learn`), not
-    the learner.
+    the updates made: `learn` counts them, the rule never does.
     """
 
     action_space: ClassVar[ActionSpace]
@@ -160,6 +159,15 @@ class Learner(nn.Module):
         if self.compiled_step is not None:
             return self.compiled_step(batch)
         return self.eager_update(batch)
+
+    def learn(self, batch: Any) -> Metrics:
+        """One update (`update`), then counted: the one place `updates` grows (the checkpoint
+        keeps it; the rule reads it: TD3's delay, DQN's target copy, MADDPG's trainer,
+        AlphaZero's learning rate). Every loop's update step and the host's timing probes
+        train through it."""
+        metrics = self.update(batch)
+        self.updates += 1
+        return metrics
 
     def eager_update(self, batch: Any) -> Metrics:
         """One update by the declaration, with autograd and the torch optimizers (through

@@ -27,7 +27,6 @@ import torch
 from hetrl.algos.base import Batch, Learner, RolloutBatch
 from hetrl.partition.graph import Kind, Pass, TaskGraph
 from hetrl.precision.native import compute_in
-from hetrl.scheduler.updates import learn
 from hetrl.seeding import rng_states, set_rng_states
 
 Key = tuple[str, str, Pass]  # (network, layer path, pass)
@@ -61,7 +60,7 @@ def measure_step(learner: Learner, graph: TaskGraph, obs_space: gym.Space, act_s
             for i in range(warmup + repeats):
                 hooks.start()
                 with context:
-                    learn(probe, batch)
+                    probe.learn(batch)
                 if i >= warmup:
                     samples.append(hooks.node_seconds())
     finally:
@@ -90,7 +89,7 @@ def compare_updates(learners: dict[str, Learner], contexts: dict[str, Any],
                     torch.cuda.synchronize(device)
                 start = perf_counter()
                 with contexts[name]:
-                    learn(learner, batch)
+                    learner.learn(batch)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 if i >= warmup:

@@ -11,7 +11,6 @@ from hetrl.replay.rollout import RolloutBuffer
 from hetrl.scheduler.base import LoopNeeds
 from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
 from hetrl.scheduler.state import LoopState
-from hetrl.scheduler.updates import learn
 from hetrl.timing import PhaseTimer
 
 
@@ -69,7 +68,7 @@ class OnPolicyScheduler:
                     with timer("sample"):
                         batch = rollout.batch(indices)
                     with timer("update"), autocast:
-                        learner_metrics = learn(learner, batch)
+                        learner_metrics = learner.learn(batch)
                     state.updates += 1
 
             boundary(learner.rollout_size, obs, learner_metrics)

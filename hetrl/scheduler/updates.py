@@ -56,7 +56,7 @@ class Updates:
             batch = replay.sample(self.rows)
         keep = after_sample(batch) if after_sample is not None else None
         with timer("update"), self.autocast:
-            metrics = learn(learner, batch)
+            metrics = learner.learn(batch)
         if batch.weights is not None:  # prioritized: new priorities
             with timer("priority_update"):
                 indices, td_errors = batch.indices, metrics.pop("td_errors")
@@ -69,12 +69,3 @@ class Updates:
         self.state.updates += 1
         return metrics
 
-
-def learn(learner: Learner, batch: object) -> dict[str, torch.Tensor]:
-    """The learner's update on `batch` (its `compiled_step` where `hetrl.compiled.choose` set
-    one), then counted: the one place a learner's `updates` grows (its checkpoint keeps it;
-    the rule reads it: TD3's delay, DQN's target copy, MADDPG's trainer, AlphaZero's learning
-    rate)."""
-    metrics = learner.update(batch)
-    learner.updates += 1
-    return metrics

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from hetrl.algos.base import Batch, OffPolicyLearner
 from hetrl.algos.networks import adam, frozen_copy, network
+from hetrl.algos.rule import Metrics, Stage, TargetSync, every
 from hetrl.config.enums import ActionSpace
 
 
@@ -61,7 +62,13 @@ class ExpectedSarsa(OffPolicyLearner):
         explore = np.random.random(len(obs)) < self.epsilon(step)
         return np.where(explore, np.random.randint(self.n_actions, size=len(obs)), greedy)
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def stages(self) -> list[Stage]:
+        return [Stage("optimizer", self.td_loss_of)]  # one Adam step on the TD loss
+
+    def targets(self) -> list[TargetSync]:
+        return [TargetSync("q_target", "q", when=every(self.target_update_interval))]
+
+    def td_loss_of(self, batch: Batch, count: object) -> tuple[torch.Tensor, Metrics]:
         with torch.no_grad():
             next_q = self.q_target(batch.next_obs)
             eps = self.target_epsilon
@@ -70,9 +77,4 @@ class ExpectedSarsa(OffPolicyLearner):
 
         q = self.q(batch.obs).gather(1, batch.actions.long().view(-1, 1)).squeeze(1)
         loss = F.mse_loss(q, td_target)
-        self.optimize(self.optimizer, loss)
-
-        self.updates += 1
-        if self.updates % self.target_update_interval == 0:
-            self.q_target.load_state_dict(self.q.state_dict())
-        return {"loss": loss.detach(), "q_mean": q.detach().mean()}
+        return loss, {"loss": loss.detach(), "q_mean": q.detach().mean()}
