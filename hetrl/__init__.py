@@ -3,9 +3,6 @@
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-"""The Hydra config tree shipped beside the package (the repo's `conf/`)."""
-
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:

@@ -16,11 +16,11 @@ from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from hetrl import CONF_DIR  # noqa: E402
-from hetrl.config.checks import check_inputs  # noqa: E402
+from hetrl.checks import check_inputs  # noqa: E402
 from hetrl.config.errors import ConfigError  # noqa: E402
 from hetrl.config.store import register  # noqa: E402
 from hetrl.faults import Fault, Stopped, exit_on_stop  # noqa: E402
+from hetrl.paths import CONF_DIR  # noqa: E402
 from hetrl.sweep.stops import run_job  # noqa: E402
 from hetrl.tracking.base import JOB_NUM_TAG  # noqa: E402
 

@@ -20,7 +20,6 @@ from torch import nn
 from hetrl.algos.base import Learner
 from hetrl.quant import QuantSpec, quantize_policy
 from hetrl.seeding import rng_states, set_rng_states
-from hetrl.tracking.reward_error import reward_error_pct
 
 EVAL_SEED_OFFSET = 1_000_000
 """Evaluation episodes are seeded apart from the training envs (seed, seed + 1, ...)."""
@@ -116,6 +115,11 @@ def ptq_returns(learner: Learner, specs: Sequence[QuantSpec],
     finally:
         env.close()
     return means
+
+
+def reward_error_pct(value: float, reference: float) -> float:
+    """AP-DRL's reward error: |R - R_ref| / |R_ref| x 100."""
+    return abs(value - reference) / max(abs(reference), 1e-12) * 100.0
 
 
 def ptq_metrics(fp32: float, quantized: float) -> dict[str, float]:

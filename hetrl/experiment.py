@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hetrl import checkpoint
 from hetrl.build import Components, Parts, build, preflight
-from hetrl.config.checks import check_inputs
+from hetrl.checks import check_inputs
 from hetrl.config.errors import ConfigError, require, unwrapped
 from hetrl.envs.state import env_state, load_env_state
 from hetrl.evaluation import Evaluator, ptq_reward_error
@@ -29,7 +29,7 @@ from hetrl.scheduler.state import LoopState, Report
 from hetrl.seeding import rng_states, set_rng_states
 from hetrl.stopping import SIGNALS, adopt
 from hetrl.tracking.base import REFERENCE_TAG, Tracker
-from hetrl.tracking.artifacts import log_learning_curve, log_plan
+from hetrl.tracking.artifacts import log_go_game, log_learning_curve, log_plan
 from hetrl.tracking.reward_error import (fp32_actors_key, learned, numerics_key,
                                          reference_metrics, twin_to_train)
 from hetrl.validation import validate
@@ -255,7 +255,7 @@ def _train(
         report=report, checkpoint=save_checkpoint, stop=stop, actors=c.actors,
         workers=c.workers,
         make_envs=c.make_envs, seed=cfg.seed, log_text=tracker.log_text,
-        log_artifact=tracker.log_artifact,
+        log_game=partial(log_go_game, tracker),
         evaluate=evaluate, eval_every=cfg.eval.every, stop_return=cfg.stop_return,
     )
     results = None

@@ -11,8 +11,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hetrl import CONF_DIR
 from hetrl.config.enums import ActionSpace, Agents
+from hetrl.paths import CONF_DIR
 
 GROUPS = ("algo", "env", "platform", "precision", "partitioner", "scheduler", "replay", "actors",
           "tracking")

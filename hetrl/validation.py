@@ -7,14 +7,13 @@ and `_precision`: a new option of those groups adds no case here."""
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import math
 from typing import TYPE_CHECKING, Any, Mapping
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from hetrl.checks import check_known_keys
 from hetrl.config.enums import ActionSpace, Agents, DType, Kind
 from hetrl.config.errors import ConfigError, require
 from hetrl.options import (
@@ -53,31 +52,12 @@ def validate(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     _check_precision_fits_trainers(cfg, choices)
     _check_partitioner_fits_platform(cfg, choices)
     _check_stop_return_fits_scheduler(cfg, choices)
-    _check_known_keys(cfg)
+    check_known_keys(cfg)
     _check_derived_keys(cfg)
     _check_finite(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
     OmegaConf.to_object(cfg)  # builds each dataclass, which runs its __post_init__
     _check_replay_holds_a_batch(cfg, choices)
     _check_updates_happen(cfg, choices)
-
-
-def _check_known_keys(node: DictConfig, prefix: str = "") -> None:
-    """Every key is a field of its node's schema: a key added with `+` (`+stpes=600`) is
-    named with the nearest valid one instead of being ignored or reaching a constructor."""
-    schema = OmegaConf.get_type(node)
-    if dataclasses.is_dataclass(schema):
-        fields = [f.name for f in dataclasses.fields(schema)]
-        for key in node:
-            if key not in fields:
-                valid = [f for f in fields if not f.startswith("_")]
-                near = difflib.get_close_matches(str(key), valid, n=1)
-                hint = (f"did you mean {prefix}{near[0]}?" if near
-                        else f"the keys of {prefix.rstrip('.') or 'the run'} are {valid}")
-                raise ConfigError(f"{prefix}{key} is not a config key: {hint}")
-    for key in node:
-        child = node._get_node(key)
-        if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
-            _check_known_keys(child, f"{prefix}{key}.")
 
 
 DERIVED_KEYS = {"algo.n_envs": "env.n_envs", "algo.total_steps": "steps"}

@@ -30,7 +30,7 @@ from typing import NoReturn
 
 PRELOAD = ("torch", "torch._dynamo", "numpy", "gymnasium", "omegaconf", "hydra", "mlflow",
            "mlflow.store.tracking.sqlalchemy_store", "mlflow.pyfunc", "hetrl.build",
-           "hetrl.experiment", "hetrl.sweep.stops", "hetrl.config.checks", "stable_baselines3")
+           "hetrl.experiment", "hetrl.sweep.stops", "hetrl.checks", "stable_baselines3")
 """Imported before the first fork (stable_baselines3 where installed: the `bench` extra)."""
 
 

@@ -13,12 +13,12 @@ from helpers import compose_job, hetrl_cli, run_job, track_into
 from hydra.errors import ConfigCompositionException, InstantiationException
 from hydra.utils import get_class, instantiate
 
-from hetrl import CONF_DIR
 from hetrl.actors.pool import ActorPool
 from hetrl.config.enums import ActionSpace, Agents
 from hetrl.config.errors import ConfigError
 from hetrl.options import (GROUPS, algos_for, algos_for_loop, composed_option, group_options,
                            option_class, option_yaml)
+from hetrl.paths import CONF_DIR
 from hetrl.validation import validate
 
 ALL_OPTIONS = [(group, option) for group in GROUPS for option in group_options(group)]

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from hetrl import CONF_DIR
 from hetrl.algos.mcts import SearchConfig
 from hetrl.config.algo import SearchSchema
 from hetrl.config.run import RunConfig
 from hetrl.config.store import SCHEMAS
 from hetrl.options import group_options, option_class, option_schema, option_yaml
+from hetrl.paths import CONF_DIR
 
 
 def _own_values() -> list[tuple[str, type, dict[str, Any]]]:

@@ -14,7 +14,7 @@ import pytest
 from helpers import compose_job, tracking_uri
 
 from hetrl.build import preflight
-from hetrl.config.checks import PROBE_S, check_inputs
+from hetrl.checks import PROBE_S, check_inputs
 from hetrl.config.errors import ConfigError
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from helpers import compose_job, mlflow_runs, run_job
 
+from hetrl.evaluation import reward_error_pct
 from hetrl.tracking.base import NullTracker
-from hetrl.tracking.reward_error import reference_metrics, reward_error_pct
+from hetrl.tracking.reward_error import reference_metrics
 
 JOB = ("algo=dqn", "steps=600", "algo.learning_starts=200", "algo.train_freq=4",
        "algo.gradient_steps=1", "algo.hidden=[32]", "log_every=200", "eval.final=0")

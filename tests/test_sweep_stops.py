@@ -265,7 +265,7 @@ def test_a_slurm_sweep_is_configured_from_yaml_and_a_stop_asks_its_jobs_by_scanc
     No SLURM here: scancel is a script that records how it was called."""
     from hydra import compose, initialize_config_dir
 
-    from hetrl import CONF_DIR
+    from hetrl.paths import CONF_DIR
     from hetrl.sweep.stops import SLURM_LAUNCHER, cancel_slurm_jobs
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):

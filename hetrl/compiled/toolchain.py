@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from hetrl.cache import user_cache
+from hetrl.paths import user_cache
 
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 

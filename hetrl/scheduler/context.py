@@ -8,9 +8,8 @@ import math
 import signal
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from time import perf_counter
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -21,6 +20,10 @@ from hetrl.faults import Stopped
 from hetrl.precision.base import Precision
 from hetrl.replay.base import Replay
 from hetrl.scheduler.state import LoopState, Report
+
+if TYPE_CHECKING:
+    from hetrl.algos.go_games import GameRecord
+    from hetrl.envs.go import GoGame
 
 T = TypeVar("T")
 
@@ -56,8 +59,8 @@ class Training:
     make_envs: Callable[[], gym.vector.VectorEnv] | None = None  # more envs like `envs`
     seed: int = 0
     log_text: Callable[[str, str], None] | None = None  # (text, artifact name): the tracker's
-    # (file, artifact folder or None): the tracker's; the file is copied, the caller keeps it
-    log_artifact: Callable[[Path, str | None], None] | None = None
+    # (record, game, generation, player): a self-play game logged as SGF and its final board
+    log_game: Callable[[GameRecord, GoGame, int, int], None] | None = None
     evaluate: Callable[[], dict[str, float]] | None = None  # deterministic evaluation, if on
     eval_every: int = 0  # env steps between evaluations (and one at the end)
     stop_return: float | None = None  # the loop ends at the first log reaching this return

@@ -46,11 +46,9 @@ from __future__ import annotations
 
 import logging
 import math
-import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -58,12 +56,11 @@ import torch
 
 from hetrl.actors.selfplay import SelfPlayPool, plain_state_dict, selfplay_pool
 from hetrl.algos.alphazero import AlphaZero, PolicyValueNet
-from hetrl.algos.go_games import GameRecord, evaluator, match, play_games, result, to_sgf
+from hetrl.algos.go_games import GameRecord, evaluator, match, play_games
 from hetrl.algos.mcts import SearchConfig, SearchStats, eval_config
 from hetrl.algos.pure_mcts import PureMcts
 from hetrl.config.enums import Agents
 from hetrl.envs.go import GoGame
-from hetrl.envs.go_groups import area_owner
 from hetrl.replay.loader import WindowLoader
 from hetrl.replay.window import Generation, GenerationWindow
 from hetrl.scheduler.base import LoopNeeds
@@ -72,7 +69,6 @@ from hetrl.scheduler.dataparallel import DataParallelTrainers
 from hetrl.scheduler.state import LoopState, Report
 from hetrl.scheduler.updates import Updates
 from hetrl.timing import PhaseTimer
-from hetrl.tracking.plots import go_board
 
 log = logging.getLogger("hetrl")
 
@@ -225,9 +221,9 @@ class Generations:
         g.records = records or []
         g.selfplay_s = time.perf_counter() - start
         state.step += g.moves
-        if g.records:  # a sampled game, as SGF and its final board as a PNG
-            _log_game(self.t, g.records[int(self.rng.integers(len(g.records)))], game, g.gen,
-                      learner.generation)
+        if g.records and self.t.log_game is not None:  # a sampled game, as SGF and picture
+            self.t.log_game(g.records[int(self.rng.integers(len(g.records)))], game, g.gen,
+                            learner.generation)
         state.episodes += len(g.records)
         generation = (g.gen, *_stack(g.records, game))
         self.window.add(generation)
@@ -362,22 +358,6 @@ def _generation_metrics(g: GenerationLog, p: SelfPlayProgress,
         metrics["selfplay/allreduce_s"] = g.comm["seconds"]
         metrics["selfplay/allreduce_mb"] = g.comm["bytes"] / 1e6
     return metrics
-
-
-def _log_game(t: Training, record: GameRecord, game: GoGame, gen: int, player: int) -> None:
-    """A game of generation `gen` (played by generation `player`) as the artifacts
-    `sgf/generation_NNNN.sgf` and, beside it, `sgf/generation_NNNN.png` (its final board)."""
-    if t.log_text is not None:
-        t.log_text(to_sgf(record, game, f"generation {player}"), f"sgf/generation_{gen:04d}.sgf")
-    if t.log_artifact is not None:
-        final = game.position_from(record.moves)
-        last = (divmod(final.last, game.n)
-                if final.last is not None and final.last != game.pass_action else None)
-        title = (f"generation {gen + 1}: {result(record)} (komi {game.komi:g})\n"
-                 f"{len(record.moves)} moves, played by generation {player}")
-        with tempfile.TemporaryDirectory() as folder:
-            t.log_artifact(go_board(final.board, Path(folder) / f"generation_{gen:04d}.png",
-                                    title, last=last, owner=area_owner(final.board)), "sgf")
 
 
 def _stack(records: list[GameRecord], game: GoGame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,10 +1,11 @@
 """What a job logs beside its metrics: its step plan (figures, JSON, the Gantt of its schedule,
-PEARL's composition) and its learning curve. The job runner hands over what it built; the
+PEARL's composition), its learning curve and self-play's sampled games. The job runner hands over what it built; the
 pictures are drawn here (hetrl.tracking.plots, imported when one is drawn: matplotlib costs a
 job ~0.5 s of CPU at its start, and a job stopped or failed before its curve draws none)."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -12,6 +13,8 @@ from hetrl.planning import figures_json
 from hetrl.tracking.base import Tracker
 
 if TYPE_CHECKING:
+    from hetrl.algos.go_games import GameRecord
+    from hetrl.envs.go import GoGame
     from hetrl.planning import StepPlan
     from hetrl.precision.base import Precision
 
@@ -60,3 +63,22 @@ def log_learning_curve(tracker: Tracker, history: Sequence[tuple[int, float]],
     tracker.log_artifact(learning_curve(list(history), out_dir / "learning_curve.png", name,
                                         learning_starts=learning_starts,
                                         references=references))
+
+
+def log_go_game(tracker: Tracker, record: GameRecord, game: GoGame, gen: int,
+                player: int) -> None:
+    """A self-play game of generation `gen` (played by generation `player`) as the artifacts
+    `sgf/generation_NNNN.sgf` and, beside it, `sgf/generation_NNNN.png` (its final board)."""
+    from hetrl.algos.go_games import result, to_sgf
+    from hetrl.envs.go_groups import area_owner
+    from hetrl.tracking.plots import go_board
+
+    tracker.log_text(to_sgf(record, game, f"generation {player}"), f"sgf/generation_{gen:04d}.sgf")
+    final = game.position_from(record.moves)
+    last = (divmod(final.last, game.n)
+            if final.last is not None and final.last != game.pass_action else None)
+    title = (f"generation {gen + 1}: {result(record)} (komi {game.komi:g})\n"
+             f"{len(record.moves)} moves, played by generation {player}")
+    with tempfile.TemporaryDirectory() as folder:
+        tracker.log_artifact(go_board(final.board, Path(folder) / f"generation_{gen:04d}.png",
+                                      title, last=last, owner=area_owner(final.board)), "sgf")

@@ -23,7 +23,7 @@ from pathlib import Path
 import mlflow
 from mlflow.tracking import MlflowClient
 
-from hetrl.cache import user_cache
+from hetrl.paths import user_cache
 
 MAKING_S = 5.0
 """A store not at MLflow's newest schema whose file (or journal) changed this recently is

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hetrl import CONF_DIR
+from hetrl.paths import CONF_DIR
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 

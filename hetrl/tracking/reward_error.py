@@ -21,6 +21,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from hetrl.config.enums import Reference
+from hetrl.evaluation import reward_error_pct
 from hetrl.options import composed_option
 from hetrl.tracking.base import Tracker
 
@@ -67,10 +68,6 @@ def twin_to_train(cfg: DictConfig, choices: Mapping[str, str], tracker: Tracker)
 def reference_tags(twin_cfg: DictConfig, twin_choices: Mapping[str, str]) -> dict[str, str]:
     """The tags a reference run is found by: its numerics and its precision."""
     return {"numerics_key": numerics_key(twin_cfg), "precision": twin_choices["precision"]}
-
-
-def reward_error_pct(value: float, reference: float) -> float:
-    return abs(value - reference) / max(abs(reference), 1e-12) * 100.0
 
 
 ACTOR_QUANTIZATION = ("precision", "int8_mode", "per_channel", "quantize_on")

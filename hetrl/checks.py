@@ -10,6 +10,8 @@ env and its arguments (hetrl.config.env_checks).
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import importlib.util
 import re
 import socket
@@ -29,9 +31,7 @@ MAX_EXPERIMENT_NAME = 500  # MLflow's limit on an experiment's name
 def check_inputs(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     """The checks of a composed config that import nothing heavy (see the module's doc);
     `choices` names each group's chosen option (Hydra's runtime choices)."""
-    from hetrl.validation import _check_known_keys
-
-    _check_known_keys(cfg)
+    check_known_keys(cfg)
     _check_nothing_missing(cfg, choices)
     _check_sampler_is_a_group(cfg)
     _check_schemas(cfg)
@@ -40,6 +40,25 @@ def check_inputs(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     check_env(cfg)  # before the probes, which may wait PROBE_S
     _check_tracking_uri(cfg)
     _check_ray_address(cfg)
+
+
+def check_known_keys(node: DictConfig, prefix: str = "") -> None:
+    """Every key is a field of its node's schema: a key added with `+` (`+stpes=600`) is
+    named with the nearest valid one instead of being ignored or reaching a constructor."""
+    schema = OmegaConf.get_type(node)
+    if dataclasses.is_dataclass(schema):
+        fields = [f.name for f in dataclasses.fields(schema)]
+        for key in node:
+            if key not in fields:
+                valid = [f for f in fields if not f.startswith("_")]
+                near = difflib.get_close_matches(str(key), valid, n=1)
+                hint = (f"did you mean {prefix}{near[0]}?" if near
+                        else f"the keys of {prefix.rstrip('.') or 'the run'} are {valid}")
+                raise ConfigError(f"{prefix}{key} is not a config key: {hint}")
+    for key in node:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
+            check_known_keys(child, f"{prefix}{key}.")
 
 
 def _check_nothing_missing(cfg: DictConfig, choices: Mapping[str, str]) -> None:
