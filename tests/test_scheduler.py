@@ -13,8 +13,8 @@ from helpers import NOT_MEASURED, metric_history, mlflow_runs, run_job
 
 from hetrl.algos.base import Batch
 from hetrl.precision.uniform import UniformPrecision
-from hetrl.scheduler.context import (NON_FINITE_LIMIT, NonFiniteLoss, StepBoundary, Training,
-                                     loop_metrics)
+from hetrl.scheduler.boundary import NON_FINITE_LIMIT, NonFiniteLoss, StepBoundary, loop_metrics
+from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState
 from hetrl.scheduler.updates import Updates
 
@@ -70,7 +70,7 @@ def test_the_update_step_follows_the_schedule_and_hands_back_priorities():
     learner = SimpleNamespace(
         device=torch.device("cpu"), batch_size=2, train_freq=4, gradient_steps=3,
         learning_starts=8, updates=0,
-        update=lambda batch: {"loss": torch.tensor(1.0), "td_errors": torch.tensor([0.5, 2.0])})
+        learn=lambda batch: {"loss": torch.tensor(1.0), "td_errors": torch.tensor([0.5, 2.0])})
     replay, state = _PrioritizedReplay(), LoopState()
     updates = Updates(learner, replay, UniformPrecision("float32", None), state)
     # 6 env steps: one train_freq of 4, but not past learning_starts (8); 2 steps carry over

@@ -24,7 +24,8 @@ from hetrl.actors.worker import Chunk
 from hetrl.algos.base import OffPolicyLearner
 from hetrl.replay.uniform import UniformReplay
 from hetrl.scheduler.base import LoopNeeds
-from hetrl.scheduler.context import StepBoundary, Training, loop_metrics, report_placement
+from hetrl.scheduler.boundary import StepBoundary, loop_metrics, report_placement
+from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState
 from hetrl.scheduler.updates import Updates
 from hetrl.timing import PhaseTimer

@@ -9,7 +9,8 @@ from hetrl.actors.acting import episode_returns, final_obs
 from hetrl.algos.base import OnPolicyLearner
 from hetrl.replay.rollout import RolloutBuffer
 from hetrl.scheduler.base import LoopNeeds
-from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
+from hetrl.scheduler.boundary import StepBoundary, loop_metrics
+from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState
 from hetrl.timing import PhaseTimer
 

@@ -47,7 +47,8 @@ from hetrl.actors.worker import Chunk
 from hetrl.algos.base import Batch, OffPolicyLearner
 from hetrl.replay.uniform import UniformReplay
 from hetrl.scheduler.base import LoopNeeds
-from hetrl.scheduler.context import StepBoundary, Training, loop_metrics, report_placement
+from hetrl.scheduler.boundary import StepBoundary, loop_metrics, report_placement
+from hetrl.scheduler.context import Training
 from hetrl.scheduler.pearl_runtime import CollisionCheck, ResourceManager, Timings
 from hetrl.scheduler.pearl_train import CpuTrainers
 from hetrl.scheduler.state import LoopState, Report

@@ -64,7 +64,8 @@ from hetrl.envs.go import GoGame
 from hetrl.replay.loader import WindowLoader
 from hetrl.replay.window import Generation, GenerationWindow
 from hetrl.scheduler.base import LoopNeeds
-from hetrl.scheduler.context import Training, loop_metrics, report_placement
+from hetrl.scheduler.boundary import loop_metrics, report_placement
+from hetrl.scheduler.context import Training
 from hetrl.scheduler.dataparallel import DataParallelTrainers
 from hetrl.scheduler.state import LoopState, Report
 from hetrl.scheduler.updates import Updates

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hetrl.actors.acting import env_step
 from hetrl.algos.base import OffPolicyLearner
 from hetrl.scheduler.base import LoopNeeds
-from hetrl.scheduler.context import StepBoundary, Training, loop_metrics
+from hetrl.scheduler.boundary import StepBoundary, loop_metrics
+from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState
 from hetrl.scheduler.updates import Updates
 from hetrl.timing import PhaseTimer
