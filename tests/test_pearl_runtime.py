@@ -95,7 +95,7 @@ class RecordingReplay(UniformReplay):
 
 
 class RecordingLearner:
-    batch_size, train_freq, gradient_steps, learning_starts, updates = 2, 1, 1, 0, 0
+    batch_size, train_freq, gradient_steps, learning_starts = 2, 1, 1, 0
     device = torch.device("cpu")
 
     def learn(self, batch: Batch) -> dict[str, torch.Tensor]:

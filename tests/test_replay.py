@@ -146,8 +146,8 @@ def test_the_window_keeps_the_last_generations_in_the_checkpointed_list():
 
 def test_the_update_step_samples_a_ranks_share_of_the_batch():
     seen = []
-    learner = SimpleNamespace(device=torch.device("cpu"), batch_size=8, updates=0,
-                              update=lambda batch: seen.append(len(batch.zs)) or {})
+    learner = SimpleNamespace(device=torch.device("cpu"), batch_size=8,
+                              learn=lambda batch: seen.append(len(batch.zs)) or {})
     window = GenerationWindow(1, np.random.default_rng(0), [_generation(0, 20)])
     for ranks in (1, 2, 3):
         Updates(learner, window, UniformPrecision("float32", None), LoopState(), ranks).step()
@@ -198,8 +198,8 @@ def test_the_window_loader_yields_the_direct_reads_one_ahead():
 def test_the_update_step_trains_on_the_loaders_batches():
     """The selfplay loop's train phase: `Updates` samples the loader inside a pass."""
     seen = []
-    learner = SimpleNamespace(device=torch.device("cpu"), batch_size=8, updates=0,
-                              update=lambda batch: seen.append(batch.zs) or {})
+    learner = SimpleNamespace(device=torch.device("cpu"), batch_size=8,
+                              learn=lambda batch: seen.append(batch.zs) or {})
     loader = WindowLoader(GenerationWindow(1, np.random.default_rng(3), [_rows(30)]))
     direct = GenerationWindow(1, np.random.default_rng(3), [_rows(30)])
     updates = Updates(learner, loader, UniformPrecision("float32", None), LoopState())

@@ -69,7 +69,7 @@ class _PrioritizedReplay:
 def test_the_update_step_follows_the_schedule_and_hands_back_priorities():
     learner = SimpleNamespace(
         device=torch.device("cpu"), batch_size=2, train_freq=4, gradient_steps=3,
-        learning_starts=8, updates=0,
+        learning_starts=8,
         learn=lambda batch: {"loss": torch.tensor(1.0), "td_errors": torch.tensor([0.5, 2.0])})
     replay, state = _PrioritizedReplay(), LoopState()
     updates = Updates(learner, replay, UniformPrecision("float32", None), state)
