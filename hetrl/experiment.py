@@ -20,10 +20,11 @@ from hetrl.checks import check_inputs
 from hetrl.config.errors import ConfigError, require, unwrapped
 from hetrl.envs.state import env_state, load_env_state
 from hetrl.evaluation import Evaluator, ptq_reward_error
-from hetrl.faults import Fault, Stopped, StopRequest, StoreLost
+from hetrl.faults import Fault, Stopped, StopRequest, StoreLost, WorkerLost
 from hetrl.options import GROUPS, group_options, typed_config
 from hetrl.policy_outputs import leave_policy
 from hetrl.progress import Span, TrainingProgress
+from hetrl.scheduler.base import Loop
 from hetrl.scheduler.context import Training
 from hetrl.scheduler.state import LoopState, Report
 from hetrl.seeding import rng_states, set_rng_states
@@ -260,7 +261,7 @@ def _train(
     )
     results = None
     try:
-        results = c.scheduler.run(training, state)
+        results = _run_loop(c.scheduler, training, state)
         if evaluate is not None and state.eval_best is not None:
             step, _, weights = state.eval_best
             best = evaluate.best(step, weights)
@@ -284,6 +285,25 @@ def _train(
     if c.step_plan is not None:
         results.update(c.step_plan.metrics(c.learner.batch_size))
     return results, state
+
+
+SIGNALLED_GRACE_S = 1.0
+"""How long a lost worker waits for the job's own stop: a signal sent to every process of
+the group (a launcher forwarding SIGTERM to each) can end a worker a moment before the job
+notes its own."""
+
+
+def _run_loop(loop: Loop, t: Training, state: LoopState) -> dict[str, float]:
+    """The loop. A worker or actor lost while the job is stopping, or within
+    SIGNALLED_GRACE_S of it, is the stop's doing: the job stops with a checkpoint, as on
+    any stop, and does not fail."""
+    try:
+        return loop.run(t, state)
+    except WorkerLost:
+        if not t.stop.wait(SIGNALLED_GRACE_S):
+            raise
+        t.stop_if_requested(state)  # checkpoints, then raises Stopped
+        raise
 
 
 def _initial_state(c: Components, saved: dict[str, Any] | None, seed: int) -> LoopState:

@@ -242,13 +242,15 @@ def _actor_pids(job: int) -> list[int]:
 
 @pytest.mark.parametrize(("scheduler", "signum", "timeout_s"), [
     ("actorq", signal.SIGSTOP, 5), ("actorq", signal.SIGSTOP, 600), ("actorq", signal.SIGKILL, 600),
-    ("pearl", signal.SIGSTOP, 600)])
+    ("actorq", signal.SIGTERM, 600), ("pearl", signal.SIGSTOP, 600)])
 def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, scheduler, signum,
                                                                    timeout_s):
     """An actor stopped by SIGSTOP: after actors.timeout_s the run ends FAILED naming it;
     before that a SIGTERM stops the job (KILLED) instead of waiting forever, under ActorQ and
-    PEARL alike. An actor killed outright fails the run in seconds, in one line naming it.
-    No process outlives the job."""
+    PEARL alike. An actor killed outright fails the run in seconds, in one line naming it;
+    one ended by SIGTERM a moment before the job's own stop (a launcher forwarding the
+    signal to every process) stops the job (KILLED, 130) instead of failing it. No process
+    outlives the job."""
     log = tmp_path / "output.txt"
     pids: list[int] = []
     job = hetrl_started(
@@ -267,6 +269,9 @@ def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, sch
         if signum == signal.SIGSTOP and timeout_s == 600:
             time.sleep(2)  # the learner waits on the stopped actor
             job.send_signal(signal.SIGTERM)
+        elif signum == signal.SIGTERM:  # the learner finds the actor gone before its stop
+            time.sleep(0.3)
+            job.send_signal(signal.SIGINT)
         code = job.wait(timeout=60)
         waited = time.monotonic() - start
     finally:
@@ -283,6 +288,9 @@ def test_a_hung_actor_fails_the_run_naming_it_or_yields_to_sigterm(tmp_path, sch
                "'[" in text and "[hetrl.worker][INFO] - chunk of " in text, text[-3000:]
         assert "actor-0.log" in text
         assert "Traceback" not in text and waited < 30
+    elif signum == signal.SIGTERM:
+        assert code == 130 and run.info.status == "KILLED", text[-3000:]
+        assert "Traceback" not in text and "died" not in text, text[-3000:]
     elif timeout_s == 600:
         assert code == 143 and run.info.status == "KILLED", text[-3000:]
         assert waited < 30
