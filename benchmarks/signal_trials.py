@@ -10,6 +10,7 @@ stopped job's `resume=` goes on to FINISHED. Any other outcome fails the benchma
 
     python benchmarks/signal_trials.py --trials 300 --seed 0   # the table of the closing note
     python benchmarks/signal_trials.py --smoke                 # the CI-sized sample (2 trials)
+    python benchmarks/signal_trials.py --trials 3 --cell submitit:actorq:between_jobs:forwarded
 
 The table (launcher x moment x pattern: trials, outcomes) is printed and appended to
 benchmarks/results/signal_trials.jsonl with the commit, date and host (not a --smoke run's),
@@ -269,6 +270,16 @@ def report(results: dict[tuple, Counter]) -> None:
           f"({', '.join(f'{k} {v}' for k, v in sorted(total.items()))})")
 
 
+def cell(text: str) -> Trial:
+    """A trial named on the command line (--cell), checked against the choices."""
+    parts = text.split(":")
+    choices = (list(LAUNCHERS), list(KINDS), list(MOMENTS), list(PATTERNS))
+    if len(parts) != 4 or any(p not in c for p, c in zip(parts, choices)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give LAUNCHER:KIND:MOMENT:PATTERN from {' : '.join(map(str, choices))}")
+    return Trial(*parts)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=300)
@@ -277,12 +288,18 @@ def main() -> int:
     parser.add_argument("--resume", type=float, default=0.0, metavar="FRACTION",
                         help="resume this fraction of the stopped jobs (1: every one)")
     parser.add_argument("--smoke", action="store_true", help="the CI-sized sample")
+    parser.add_argument("--cell", action="append", default=[], type=cell,
+                        metavar="LAUNCHER:KIND:MOMENT:PATTERN",
+                        help="run this trial (--trials times) instead of a random sample; "
+                             "repeatable, e.g. submitit:actorq:between_jobs:forwarded")
     args = parse_args(parser)
     # the sweeps get Ctrl-C's default action, as from a terminal (a shell starts a background
     # job with SIGINT ignored, and an ignored signal stays ignored across exec)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     rng = random.Random(args.seed)
-    trials = [Trial(*spec) for spec in SMOKE] if args.smoke else sample(rng, args.trials)
+    trials = ([Trial(*spec) for spec in SMOKE] if args.smoke else
+              [c for c in args.cell for _ in range(args.trials)] if args.cell else
+              sample(rng, args.trials))
     print(f"{len(trials)} signal trials; {load_average()}")
     deadline = None if args.minutes is None else time.monotonic() + 60 * args.minutes
     results: dict[tuple, Counter] = defaultdict(Counter)
