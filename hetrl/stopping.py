@@ -11,6 +11,7 @@ process then, with the store whole.
 
 from __future__ import annotations
 
+import atexit
 import signal
 import threading
 from contextlib import contextmanager
@@ -69,7 +70,18 @@ def listen_early() -> StopRequest:
     if threading.current_thread() is threading.main_thread():
         for signum in SIGNALS:
             signal.signal(signum, early.request)
+        atexit.register(ignore_after_exit)  # the first registered: it runs last
     return early
+
+
+def ignore_after_exit() -> None:
+    """Ignore SIGINT and SIGTERM once the process has done all it does before it ends (its
+    atexit functions). Python's finalization gives a signal that had a Python handler its
+    default action back: a launcher's forwarded SIGTERM landing in the last moments of a sweep
+    that had stopped killed it by SIGTERM (-15) instead of letting it exit 130."""
+    for signum in SIGNALS:
+        if callable(signal.getsignal(signum)):
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def adopt(handler: object) -> list[int]:
