@@ -15,13 +15,16 @@ the next job of a sweep starts, from inductor's cache on disk).
 An MADDPG update trains every trainer, each on its own batch of 1024 (n_agents × 1024 rows).
 
 An update that cannot compile (per-layer precision hooks, float16 loss scaling) shows eager
-only, with the reason. Single-threaded, as hetrl's small-batch learners run. No JAX reference
-is measured here (JAX is not installed in this project's environment)."""
+only, with the reason. Single-threaded, as hetrl's small-batch learners run. The limit beside
+them: the same DQN update of an MLP under `jax.jit` (benchmarks/jax_reference.py: from the
+learner's weights, on its batch, in the same turns; the `bench` extra brings JAX), for the
+DQN workloads; the others name why they have none."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import os
 import subprocess
@@ -31,6 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from functools import partial
 
+import jax_reference
 import torch
 from common import ROOT, build_job, host_line, parse_args, table, write_results
 
@@ -80,14 +84,29 @@ def measure(overrides: tuple[str, ...], repeats: int, compiled: bool, cached: bo
         eager = time_updates({"eager": lambda: learner.eager_update(batch)}, learner, context,
                              repeats=repeats)
         return {"eager_s": eager["eager"], "why_eager": why, **rows}
+    updates = {"eager": lambda: learner.eager_update(batch)}
+    jax = {"why_no_jax": jax_reference.why_none(learner)}
+    if not jax["why_no_jax"]:  # checked against the learner as built: no Adam state yet
+        updates["jax"], jax = _jax_reference(learner, batch)
     cache = "warm" if last_compile(learner, batch) else "cold"
     first_s = _compile(learner, batch, context)
-    times = time_updates({"eager": lambda: learner.eager_update(batch),
-                          "compiled": lambda: learner.compiled_step(batch)}, learner, context,
-                         warmup=5, repeats=repeats)
+    updates["compiled"] = lambda: learner.compiled_step(batch)
+    times = time_updates(updates, learner, context, warmup=5, repeats=repeats)
     return {"eager_s": times["eager"], "compiled_s": times["compiled"], "compile_s": first_s,
             "cache": cache, "cached_start_s": _cached_start(overrides) if cached else None,
-            **rows}
+            "jax_s": times.get("jax"), **jax, **rows}
+
+
+def _jax_reference(learner: Learner, batch: object) -> tuple[Callable, dict]:
+    """`learner`'s update under jax.jit, compiled, and what its compile took; first checked
+    to be the same update: one step of it lands where one eager step does (on a copy)."""
+    difference = jax_reference.matches(copy.deepcopy(learner), batch)
+    if difference > 1e-5:
+        raise AssertionError(f"the JAX reference is not the same update: {difference:.1e}")
+    reference = jax_reference.JaxDQN(learner, batch)
+    start = time.perf_counter()
+    reference()
+    return reference, {"jax_compile_s": time.perf_counter() - start, "jax_diff": difference}
 
 
 @contextlib.contextmanager
@@ -148,11 +167,15 @@ def compile_only(overrides: list[str]) -> None:
 def row(name: str, m: dict) -> list[str]:
     eager, rows = f"{1e6 * m['eager_s']:,.0f}", f"{m['rows']:,}"
     if "compiled_s" not in m:
-        return [name, rows, eager, "—", "—", "—", "—", f"eager only: {m['why_eager']}"]
+        return [name, rows, eager, "—", "—", "—", "—", "—", "—",
+                f"eager only: {m['why_eager']}"]
     cached = "—" if m["cached_start_s"] is None else f"{m['cached_start_s']:.1f}"
+    jax, vs_jax = ("—", "—") if m.get("jax_s") is None else (
+        f"{1e6 * m['jax_s']:,.0f}", f"{m['compiled_s'] / m['jax_s']:.2f}x")
     return [name, rows, eager, f"{1e6 * m['compiled_s']:,.0f}",
-            f"{m['eager_s'] / m['compiled_s']:.2f}x", f"{m['compile_s']:.1f} ({m['cache']})",
-            cached, ""]
+            f"{m['eager_s'] / m['compiled_s']:.2f}x", jax, vs_jax,
+            f"{m['compile_s']:.1f} ({m['cache']})", cached,
+            m.get("why_no_jax") or f"jax.jit's compile {m['jax_compile_s']:.1f} s"]
 
 
 def measure_all(workloads: dict[str, tuple[str, ...]], args: argparse.Namespace,
@@ -194,9 +217,11 @@ def main() -> None:
     print(host_line(), f"\ninductor cache: {cache_dir()}")
     with checkout(args.before) if args.before else contextlib.nullcontext() as tree:
         results = measure_all(workloads, args, tree)
-    table(["workload", "rows", "eager µs", "compiled µs", "speedup", "first compile s",
-           "cached start s", "note"], [row(name, m) for name, m in results.items()],
-          title="One update, eager vs compiled (median, 1 thread)", align="lrrrrrrl")
+    table(["workload", "rows", "eager µs", "compiled µs", "speedup", "jax.jit µs",
+           "compiled / jax", "first compile s", "cached start s", "note"],
+          [row(name, m) for name, m in results.items()],
+          title="One update, eager vs compiled vs jax.jit (median, 1 thread)",
+          align="lrrrrrrrrl")
 
 
 if __name__ == "__main__":
