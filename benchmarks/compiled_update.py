@@ -14,8 +14,8 @@ the next job of a sweep starts, from inductor's cache on disk).
 
 An MADDPG update trains every trainer, each on its own batch of 1024 (n_agents × 1024 rows).
 
-An update that cannot compile (per-layer precision hooks, float16 loss scaling) shows eager
-only, with the reason. Single-threaded, as hetrl's small-batch learners run. The limit beside
+An update that cannot compile (one written by hand, an optimizer or step hook with no
+functional form) shows eager only, with the reason. Single-threaded, as hetrl's small-batch learners run. The limit beside
 them: the same DQN update of an MLP under `jax.jit` (benchmarks/jax_reference.py: from the
 learner's weights, on its batch, in the same turns; the `bench` extra brings JAX), for the
 DQN workloads; the others name why they have none."""
@@ -50,6 +50,9 @@ WORKLOADS = {
                                             "algo.batch_size=32"),
     "PEARL DQN-CartPole 4-64-2, batch 512": ("algo=dqn", "algo.hidden=[64]",
                                              "algo.batch_size=512"),
+    "PEARL DQN-CartPole 4-64-2, batch 32, QAT 8-bit": ("algo=dqn", "algo.hidden=[64]",
+                                                       "algo.batch_size=32", "precision=qat",
+                                                       "precision.quant_delay=0"),
     "rl-zoo3 DQN-CartPole 256-256, batch 64": ("algo=dqn",),
     "DDPG-Pendulum [400,300], batch 256": ("algo=ddpg", "env=pendulum"),
     "DDPG-Pendulum [400,300], batch 256, mixed": ("algo=ddpg", "env=pendulum",

@@ -44,6 +44,8 @@ def why_none(learner: object) -> str | None:
         return "JAX not installed (pip install -e '.[bench]')"
     if not isinstance(learner, DQN) or learner.double_dqn:
         return "written for DQN only"
+    if learner.modes:
+        return "written for fp32 only (not QAT's fake quantization)"
     if not all(isinstance(m, nn.Linear | nn.ReLU) for m in learner.q):
         return "written for an MLP Q-network only"
     return None

@@ -34,8 +34,10 @@ SMALL = {"alphazero": ("algo.width=8", "algo.blocks=1", "algo.batch_size=16"),
 
 
 def _one_graph(fn):
-    """The update traced as one whole graph by dynamo, run as traced (no kernels built)."""
-    return torch.compile(fn, backend="eager", fullgraph=True, dynamic=False)
+    """The update traced as one whole graph by dynamo, run as traced (no kernels built),
+    each form's graphs its own, as `compiler`'s are."""
+    return torch.compile(fn, backend="eager", fullgraph=True, dynamic=False,
+                         isolate_recompiles=True)
 
 
 def _learner(algo: str, *more: str) -> tuple[Learner, dict]:
@@ -156,6 +158,29 @@ def test_a_checkpoint_moves_from_eager_to_compiled_and_back_in_a_mixed_plan():
     # reordered reductions (the functional Adam's few ulps a step)
     assert legs[-1].updates == 30
     assert _max_difference(eager, legs[-1]) < 1e-5
+
+
+def test_qat_compiles_into_a_graph_before_its_delay_and_one_after():
+    """precision=qat (each layer's weight fake-quantized by a parametrization, its input by
+    a pre-hook, both with straight-through gradients) traces into the update's one graph;
+    at the delay the compiled update moves to its second graph, and each update lands where
+    the eager one does."""
+    def qat() -> tuple[Learner, dict]:  # apart: a copy reads the original's update count
+        return _learner("dqn", "precision=qat", "precision.quant_delay=5", "precision.bits=4")
+
+    (eager, spaces), (compiled, _) = qat(), qat()
+    plain, _ = _learner("dqn")
+    assert _max_difference(eager, compiled) == 0
+    compiled.compiled_step = GraphStep(compiled, _one_graph)
+    batches = _batches(eager, spaces)
+    for leg in (eager, compiled, plain):
+        _train(leg, batches, 12)
+    assert len(compiled.compiled_step.fns) == 2  # fake quantization off, then on
+    assert _max_difference(eager, compiled) < 1e-5
+    # it quantized: the trained weights (QAT keeps them under its parametrization) moved apart
+    qat_weights = {k.replace(".parametrizations.weight.original", ".weight"): v
+                   for k, v in eager.state_dict().items()}
+    assert max((qat_weights[k] - v).abs().max() for k, v in plain.state_dict().items()) > 1e-4
 
 
 def test_the_graphs_loss_scale_follows_gradscalers_rule():

@@ -111,6 +111,9 @@ class Learner(nn.Module):
         # a stage's loss over its batch split in parts (PEARL's CPU trainers,
         # hetrl.scheduler.pearl_train), where a loop installed one: `stage_loss`'s signature
         self.split_loss: Callable[..., tuple[torch.Tensor, Metrics]] | None = None
+        # what else sets the update's form beside the stages due (precision=qat's fake
+        # quantization, on from its delay): a compiled update has a graph per combination
+        self.modes: list[Callable[[], bool]] = []
         # whether actors compile their copy of the policy's forward (`hetrl.compiled.acting`)
         self.compile_acting = False
         # the update's own phases (`with self.timer("q_loss"):`), added up where the

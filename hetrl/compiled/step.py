@@ -9,7 +9,8 @@ The state is the learner's own (its parameters, its torch optimizers' state tens
 the eager update and this one take turns on it freely, and a checkpoint of either restores
 into the other. The update count is a tensor (no step compiles the graph again); the stages
 an update runs are chosen outside the graph, by the count: each set of them (TD3's critics
-alone, and its critics and actor) is a graph of its own, with no branch on data in it. A
+alone, and its critics and actor), and each setting of the learner's `modes` (QAT's fake
+quantization, off until its delay), is a graph of its own, with no branch on data in it. A
 target sync's `when` is a `torch.where` choice inside the graph, as float16's dynamic loss
 scaling is (`hetrl.compiled.scaling`: an overflowing stage's step kept out, the scale backed
 off or grown, on the learner's GradScaler's own state)."""
@@ -24,7 +25,6 @@ from torch import nn
 from torch.func import functional_call, grad_and_value
 
 from hetrl.algos.base import Learner, Metrics
-from hetrl.algos.ensemble import hooked
 from hetrl.algos.rule import Stage, TargetSync, clip_groups, due
 from hetrl.compiled.optim import FunctionalOptimizer, Unsupported, clip_grad_norm, functional
 from hetrl.compiled.scaling import GraphScaler, kept
@@ -55,10 +55,6 @@ def unsupported(learner: Learner) -> str | None:
     """Why `learner`'s update cannot run as one graph here (None: it can)."""
     if type(learner).stages is Learner.stages:
         return f"{type(learner).__name__} writes its update by hand (it declares no stages)"
-    for name, module in learner.named_modules():
-        if hooked(module):
-            return (f"{name or 'the learner'} has forward hooks or parametrizations (QAT): "
-                    "they run in the eager update")
     try:
         for stage in learner.stages():
             functional(getattr(learner, stage.optimizer))
@@ -80,7 +76,7 @@ class GraphStep:
         self.index = {id(t): name for name, t in named}
         self.count = torch.zeros((), dtype=torch.int64, device=learner.device)
         self.expected = -1
-        self.fns: dict[tuple[bool, ...], Callable] = {}
+        self.fns: dict[tuple[tuple[bool, ...], tuple[bool, ...]], Callable] = {}
         self.declared: tuple[list[Stage], list[TargetSync]] | None = None
         self.rules: dict[int, FunctionalOptimizer] = {}  # by id of the stage
         self.trained: dict[int, list[torch.Tensor]] = {}
@@ -96,9 +92,10 @@ class GraphStep:
             self._declare(learner.stages(), learner.targets())
         stages, syncs = self.declared
         runs = tuple(due(stage.when, learner.updates) for stage in stages)
-        fn = self.fns.get(runs)
+        form = (runs, tuple(mode() for mode in learner.modes))
+        fn = self.fns.get(form)
         if fn is None:
-            fn = self.fns[runs] = self._make(stages, runs, syncs)
+            fn = self.fns[form] = self._make(stages, runs, syncs)
         if learner.updates != self.expected:  # restored, or counted elsewhere
             self.count.fill_(learner.updates)
         self.expected = learner.updates + 1

@@ -29,11 +29,14 @@ from hetrl.quant.quantizers import fake_quant_ste
 
 class QuantDelay:
     """Whether fake quantization is on: once the learner has made `delay` updates. Shared by
-    every layer (copying a network keeps it pointing at the same learner)."""
+    every layer (copying a network keeps it pointing at the same learner). A compiled update
+    reads it as a constant of its graph: it is one of the learner's `modes`, so the update
+    gets a graph for each setting."""
 
     def __init__(self, learner: Learner, delay: int) -> None:
         self.learner, self.delay = learner, delay
 
+    @torch.compiler.assume_constant_result
     def __call__(self) -> bool:
         return self.learner.updates >= self.delay
 
@@ -66,6 +69,7 @@ class QATPrecision(UniformPrecision):
     def apply(self, learner: Learner, graph: TaskGraph | None, plan: Plan | None,
               platform: object) -> None:
         on = QuantDelay(learner, self.quant_delay)
+        learner.modes.append(on)
         bits = self.bits
 
         def quantize_input(module: nn.Module, args: tuple) -> tuple | None:

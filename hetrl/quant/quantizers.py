@@ -44,21 +44,13 @@ def paper_fake_quant(w: torch.Tensor, bits: int, per_channel: bool = False) -> t
     return torch.round(w / delta) * delta
 
 
-class _StraightThrough(torch.autograd.Function):
-    """Forward: QuaRL's fake quant; backward: the identity (straight-through estimator)."""
-
-    @staticmethod
-    def forward(ctx, w: torch.Tensor, bits: int, per_channel: bool) -> torch.Tensor:
-        return paper_fake_quant(w, bits, per_channel)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        return grad, None, None
-
-
 def fake_quant_ste(w: torch.Tensor, bits: int, per_channel: bool = False) -> torch.Tensor:
-    """QuaRL's fake quant with a straight-through gradient (dQ/dW = I), for QAT."""
-    return _StraightThrough.apply(w, bits, per_channel)
+    """QuaRL's fake quant with a straight-through gradient (dQ/dW = I), for QAT: the fake
+    quant of w, constant to autograd, plus w - w (zero, exactly, with the identity as its
+    gradient). Plain ops, not an autograd.Function: dynamo under torch.func's gradient (a
+    compiled update) traces a Function's forward and differentiates that, so round's zero
+    gradient would replace the identity."""
+    return paper_fake_quant(w.detach(), bits, per_channel) + (w - w.detach())
 
 
 class QTensor(NamedTuple):
