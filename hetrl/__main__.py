@@ -16,7 +16,7 @@ from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from hydra.types import RunMode  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from hetrl.checks import check_inputs  # noqa: E402
+from hetrl.checks import check_group_choices, check_inputs  # noqa: E402
 from hetrl.config.errors import ConfigError  # noqa: E402
 from hetrl.config.store import register  # noqa: E402
 from hetrl.faults import Fault, Stopped, exit_on_stop  # noqa: E402
@@ -66,6 +66,11 @@ def cli() -> None:
     on, not a traceback."""
     global EARLY
     EARLY = EARLY or listen_early()
+    try:  # before Hydra composes: it fails on these with a traceback
+        check_group_choices(sys.argv[1:])
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)
     exit_on_stop(main)
 
 

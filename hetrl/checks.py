@@ -15,7 +15,7 @@ import difflib
 import importlib.util
 import re
 import socket
-from typing import Mapping
+from typing import Mapping, Sequence
 from urllib.parse import urlsplit
 
 from omegaconf import DictConfig, OmegaConf
@@ -40,6 +40,19 @@ def check_inputs(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     check_env(cfg)  # before the probes, which may wait PROBE_S
     _check_tracking_uri(cfg)
     _check_ray_address(cfg)
+
+
+def check_group_choices(overrides: Sequence[str]) -> None:
+    """No config group of the command line is given null (`algo=null`, or null in a sweep's
+    list): Hydra would fail to compose it with a traceback ("Config group override must be a
+    string or a list")."""
+    for override in overrides:
+        key, given, values = override.lstrip("+").partition("=")
+        group = key.split("@", 1)[0]
+        if given and "null" in (v.strip() for v in values.split(",")) and (
+                options := group_options(group)):
+            raise ConfigError(f"{group}=null is invalid: a config group takes one of its "
+                              f"options: {', '.join(options)}")
 
 
 def check_known_keys(node: DictConfig, prefix: str = "") -> None:
