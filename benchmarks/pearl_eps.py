@@ -2,6 +2,7 @@
 and a plain-PyTorch learner loop on PEARL's workloads (Table 2) at batch 32 and 512.
 
     python benchmarks/pearl_eps.py            # 20 000 env steps a job
+    python benchmarks/pearl_eps.py --compile true   # hetrl's updates compiled whatever the budget
     python benchmarks/pearl_eps.py --smoke    # every mode below, tiny, in one run
     python benchmarks/pearl_eps.py --ab 6     # dynamic resources on/off, 6 interleaved pairs
     python benchmarks/pearl_eps.py --time-to 475 --seeds 3   # wall time to a training return
@@ -254,6 +255,10 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true",
                         help="every mode, tiny, in one run (--ab and --time-to ignored)")
     parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--compile", choices=("auto", "true", "false"), default="auto",
+                        help="hetrl's compile= (auto: eager where a budget cannot repay a "
+                             "compile, as 20 000 steps here; the compile, at build, is outside "
+                             "the loop's EPS)")
     parser.add_argument("--ab", type=int, metavar="PAIRS",
                         help="only the dynamic-resources A/B, in this many interleaved pairs")
     parser.add_argument("--time-to", type=float, metavar="RETURN",
@@ -277,7 +282,7 @@ def main() -> None:
             dynamic_resources_ab(store, args.ab, args.steps)
         else:
             print(host_line("gymnasium"))
-            eps_table(store, args.steps, (32, 512), 5.0)
+            eps_table(store, args.steps, (32, 512), 5.0, (f"compile={args.compile}",))
             print(f"\n{host_line()}")
 
 
