@@ -256,9 +256,9 @@ def main() -> None:
                         help="every mode, tiny, in one run (--ab and --time-to ignored)")
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--compile", choices=("auto", "true", "false"), default="auto",
-                        help="hetrl's compile= (auto: eager where a budget cannot repay a "
-                             "compile, as 20 000 steps here; the compile, at build, is outside "
-                             "the loop's EPS)")
+                        help="hetrl's compile= for every job (auto: eager where a budget "
+                             "cannot repay a compile, as 20 000 steps here; the compile, at "
+                             "build, is outside the loop's EPS; --smoke stays eager)")
     parser.add_argument("--ab", type=int, metavar="PAIRS",
                         help="only the dynamic-resources A/B, in this many interleaved pairs")
     parser.add_argument("--time-to", type=float, metavar="RETURN",
@@ -267,6 +267,7 @@ def main() -> None:
     parser.add_argument("--recipe", choices=sorted(TIME_TO), default="cleanrl",
                         help="the DQN-CartPole config of --time-to")
     args = parse_args(parser)
+    job = (f"compile={args.compile}",)
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp)
         if args.smoke:
@@ -276,13 +277,13 @@ def main() -> None:
             time_to(store, args.recipe, 20, 1, SMOKE_STEPS, SMOKE_JOB)
         elif args.time_to is not None:
             print(host_line())
-            time_to(store, args.recipe, args.time_to, args.seeds)
+            time_to(store, args.recipe, args.time_to, args.seeds, extra=job)
         elif args.ab:
             print(host_line())
-            dynamic_resources_ab(store, args.ab, args.steps)
+            dynamic_resources_ab(store, args.ab, args.steps, job)
         else:
             print(host_line("gymnasium"))
-            eps_table(store, args.steps, (32, 512), 5.0, (f"compile={args.compile}",))
+            eps_table(store, args.steps, (32, 512), 5.0, job)
             print(f"\n{host_line()}")
 
 
