@@ -263,6 +263,18 @@ def test_process_actors_load_weights_from_the_shared_double_buffer():
     buf.write(1, weights + 1)
     assert worker.collect(None, 2, 4, 0.0).stats["pulls"] == 1.0
     assert torch.equal(flatten(worker.shadow), weights + 1)
+    # a version published while a chunk runs is acted with from the next vector step on
+    step, acted = worker.envs.step, []
+
+    def publishing_step(actions):
+        if not acted:
+            buf.write(2, weights + 2)
+        acted.append(flatten(worker.shadow)[0].item())
+        return step(actions)
+
+    worker.envs.step = publishing_step
+    assert worker.collect(None, 3, 6, 0.0).stats["pulls"] == 1.0
+    assert acted == [1.0, 2.0, 2.0]
 
 
 def test_pearl_defaults_to_prioritized_replay_and_counts_real_collisions(tmp_path):

@@ -53,6 +53,9 @@ def test_new_transitions_enter_at_the_running_max_priority():
     replay.add(np.zeros((2, 3)), np.zeros(2, np.int64), np.zeros(2), np.zeros((2, 3)), np.zeros(2))
     assert p[16:18] == pytest.approx([3.0, 3.0]) and p[16] == p.max()
     assert replay.tree.get(np.array([16, 5])) == pytest.approx([3.0**0.5, 0.51**0.5])  # p^α
+    before = p.copy()  # PEARL's collision check can drop every row of a batch: no update
+    replay.update_priorities(np.array([], np.int64), torch.zeros(0))
+    assert np.array_equal(p, before) and replay.sampler.max_priority == pytest.approx(3.0)
 
 
 def test_beta_anneals_to_one_and_weights_are_normalized_by_their_max():

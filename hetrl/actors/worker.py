@@ -100,6 +100,8 @@ class ActorWorker:
     def load_shared(self) -> dict[str, float]:
         """Load the newest whole version of the shared double buffer if it is newer than the
         acting one (a version-tag read, no message); returns the timings."""
+        if self.weights.newest() <= self.version:
+            return {}
         start = perf_counter()
         got = self.weights.read()
         if got is None or got[0] <= self.version:
@@ -115,7 +117,9 @@ class ActorWorker:
     def collect(self, payload: bytes | None, steps: int, step: int, pull_s: float) -> Chunk:
         """Pull `payload` (it took `pull_s` to arrive; None: the weights have not changed),
         then take `steps` vector-env steps; `step` is the learner's env-step count, from
-        which exploration schedules go on."""
+        which exploration schedules go on. With the shared double buffer, a version published
+        while the chunk runs is loaded before the next vector step: a chunk's length does not
+        delay the weights an actor acts with."""
         log.info("chunk of %d steps at step %d%s", steps, step,
                  " with new weights" if payload is not None else "")
         stats = dict.fromkeys(STATS, 0.0)
@@ -125,7 +129,7 @@ class ActorWorker:
         elif payload is not None:  # a shared double buffer: read from it from now on
             self.weights = payload
         if self.weights is not None:
-            stats.update(self.load_shared(), pull_s=pull_s)
+            stats["pull_s"] = pull_s
         envs, learner = self.envs, self.learner
         columns: list[list[np.ndarray]] = [[] for _ in range(6)]
         returns: list[np.ndarray] = []
@@ -133,6 +137,9 @@ class ActorWorker:
         timer = PhaseTimer(phases)
         with learner.acting_with(self.acting):
             for i in range(steps):
+                if self.weights is not None:
+                    for key, value in self.load_shared().items():
+                        stats[key] += value
                 taken = env_step(envs, learner, self.obs,
                                  step + i * envs.num_envs * self.n_actors, timer)
                 returns.append(taken.returns)

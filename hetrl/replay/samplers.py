@@ -109,6 +109,8 @@ class PrioritizedSampler(UniformSampler):
         self._set(slots, np.full(len(slots), self.max_priority))
 
     def update(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
+        if not len(slots):  # PEARL's collision check dropped every row (insertion wrapped)
+            return
         priority = np.abs(td_errors).astype(np.float64) + self.eps
         self.max_priority = max(self.max_priority, float(priority.max()))
         self._set(slots, priority)

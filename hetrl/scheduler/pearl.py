@@ -140,8 +140,10 @@ class PearlHost:
         self.active = set(range(pool.n))
         self.events: list[dict[str, float]] = []
         self.window = Window.opened(state, self.trainers)
-        # Weights: process actors read a shared, version-tagged double buffer (a pull is a tag
-        # read, no message); Ray actors get the serialized state dict as ActorQ's.
+        # Weights: process actors read a shared, version-tagged double buffer before every
+        # vector step (a pull is a tag read, no message; a long chunk acts with new weights
+        # as soon as they are published); Ray actors get the serialized state dict with each
+        # chunk, as ActorQ's.
         self.shared = (DoubleBuffer(flatten(learner.policy()).numel())
                        if isinstance(pool, ProcessActors) else None)
         self.dispatch = Dispatcher(pool, learner, cfg.collect_steps, n_envs, t.steps,
