@@ -39,8 +39,8 @@ class DoubleBuffer:
     def newest(self) -> int:
         """The newest version published (−1: none yet, or its buffer is being written): a
         tag read, for a reader to check before it copies."""
-        slot = int(self.latest[0])
-        return -1 if slot < 0 else int(self.tags[slot])
+        slot = self.latest.tolist()[0]  # tolist: a fifth of int(tensor[0])'s time
+        return -1 if slot < 0 else self.tags.tolist()[slot]
 
     def read(self, tries: int = 1000) -> tuple[int, torch.Tensor] | None:
         """(version, weights) of a complete version, or None if none is published yet."""
