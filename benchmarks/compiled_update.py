@@ -18,7 +18,9 @@ An update that cannot compile (one written by hand, an optimizer or step hook wi
 functional form) shows eager only, with the reason. Single-threaded, as hetrl's small-batch learners run. The limit beside
 them: the same DQN update of an MLP under `jax.jit` (benchmarks/jax_reference.py: from the
 learner's weights, on its batch, in the same turns; the `bench` extra brings JAX), for the
-DQN workloads; the others name why they have none."""
+DQN workloads; the others name why they have none. Where the mixed plan is measured, a
+second table gives bf16's own limit here: the GEMMs of DDPG's largest layer in fp32 and bf16
+(a compute-bound update cannot gain more from bf16 than they do)."""
 
 from __future__ import annotations
 
@@ -193,6 +195,35 @@ def measure_all(workloads: dict[str, tuple[str, ...]], args: argparse.Namespace,
     return results
 
 
+GEMMS = {"forward (256×400)·(400×300)": (256, 400, 300),
+         "weight gradient (400×256)·(256×300)": (400, 256, 300),
+         "input gradient (256×300)·(300×400)": (256, 300, 400),
+         "square 1024³": (1024, 1024, 1024)}
+"""DDPG [400,300] at batch 256: its largest layer's three GEMMs, and a large square one."""
+
+
+def bf16_ceiling(repeats: int) -> None:
+    """The most bf16 can give a compute-bound update on this CPU: its GEMMs timed in fp32
+    and in bf16 (the mixed plan's dtype), one thread, in turns; the physical limit beside
+    the mixed row's speedup over eager fp32."""
+    rows = []
+    for name, (m, k, n) in GEMMS.items():
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        pairs = {"fp32": (a, b), "bf16": (a.bfloat16(), b.bfloat16())}
+        seconds: dict[str, list[float]] = {dtype: [] for dtype in pairs}
+        for _ in range(max(repeats // 4, 5)):
+            for dtype, (x, y) in pairs.items():
+                start = time.perf_counter()
+                x @ y
+                seconds[dtype].append(time.perf_counter() - start)
+        fp32, bf16 = (sorted(v)[len(v) // 2] for v in seconds.values())
+        rows.append([name, f"{1e6 * fp32:,.0f}", f"{1e6 * bf16:,.0f}",
+                     f"{2 * m * k * n / bf16 / 1e9:,.0f}", f"{fp32 / bf16:.2f}x"])
+    table(["GEMM", "fp32 µs", "bf16 µs", "bf16 GFLOP/s", "bf16 / fp32"], rows,
+          title="bf16's ceiling on this CPU: a compute-bound update's GEMMs (median, 1 thread)",
+          align="lrrrr")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="one tiny workload, no results")
@@ -225,6 +256,8 @@ def main() -> None:
           [row(name, m) for name, m in results.items()],
           title="One update, eager vs compiled vs jax.jit (median, 1 thread)",
           align="lrrrrrrrrl")
+    if any("mixed" in name for name in workloads):
+        bf16_ceiling(args.repeats)
 
 
 if __name__ == "__main__":
