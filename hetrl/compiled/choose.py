@@ -103,10 +103,20 @@ def compiler(device: torch.device) -> Callable[[Callable], Callable]:
                                     options=cpu_options())
 
 
+AUTOCAST_REGIONS = {f"torch.amp.autocast_mode.{name}": torch.__version__
+                    for name in ("_enter_autocast", "_exit_autocast")}
+"""Autocast's region markers in a graph (a 16-bit layer of a precision plan), which AOT
+autograd's cache refuses as unknown functions: their arguments (device, dtype, enabled) are
+constants of the graph, so its cache key tells the regions apart. Without them, a graph with
+a region is traced through AOT autograd again by every job (the mixed plan's cached start
+21 s, against 4-5 s for the same update in float32)."""
+
+
 def cpu_options() -> dict:
     """Inductor's options for a graph on the CPU (a new dict: torch.compile pops from it)."""
     return {"fallback_random": True, "size_asserts": False,
-            "guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
+            "guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe,
+            "unsafe_marked_cacheable_functions": AUTOCAST_REGIONS}
 
 
 def choose_update(learner: Learner, mode: str, updates: int | None, batch: Any,
