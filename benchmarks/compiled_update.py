@@ -43,7 +43,8 @@ from common import ROOT, build_job, host_line, parse_args, table, write_results
 import hetrl
 from hetrl.algos.base import Learner
 from hetrl.build import Components
-from hetrl.compiled.choose import compiler, job_batch, last_compile, time_updates
+from hetrl.compiled.choose import (compiler, job_batch, last_compile, time_turns,
+                                   time_updates)
 from hetrl.compiled.step import GraphStep, unsupported
 from hetrl.compiled.toolchain import cache_dir
 
@@ -209,14 +210,10 @@ def bf16_ceiling(repeats: int) -> None:
     rows = []
     for name, (m, k, n) in GEMMS.items():
         a, b = torch.randn(m, k), torch.randn(k, n)
-        pairs = {"fp32": (a, b), "bf16": (a.bfloat16(), b.bfloat16())}
-        seconds: dict[str, list[float]] = {dtype: [] for dtype in pairs}
-        for _ in range(max(repeats // 4, 5)):
-            for dtype, (x, y) in pairs.items():
-                start = time.perf_counter()
-                x @ y
-                seconds[dtype].append(time.perf_counter() - start)
-        fp32, bf16 = (sorted(v)[len(v) // 2] for v in seconds.values())
+        a16, b16 = a.bfloat16(), b.bfloat16()
+        seconds = time_turns({"fp32": lambda: a @ b, "bf16": lambda: a16 @ b16},
+                             contextlib.nullcontext, warmup=2, repeats=max(repeats // 4, 5))
+        fp32, bf16 = seconds["fp32"], seconds["bf16"]
         rows.append([name, f"{1e6 * fp32:,.0f}", f"{1e6 * bf16:,.0f}",
                      f"{2 * m * k * n / bf16 / 1e9:,.0f}", f"{fp32 / bf16:.2f}x"])
     table(["GEMM", "fp32 µs", "bf16 µs", "bf16 GFLOP/s", "bf16 / fp32"], rows,
