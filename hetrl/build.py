@@ -32,6 +32,7 @@ from hetrl.config.env_checks import env_errors
 from hetrl.config.errors import ConfigError, unwrapped
 from hetrl.config.run import compile_mode
 from hetrl.partition.costs import Plan
+from hetrl.plan_record import plan_key, record_plan, recorded_plan
 from hetrl.planning import StepPlan, plan_measured_step, plan_step
 from hetrl.platform.host import HostPlatform, cpu_name, uniform_dtypes
 from hetrl.platform.measure import compare_updates
@@ -223,10 +224,9 @@ def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan,
     is timed beside every layer in each 16-bit dtype the device has instructions for, and
     the fastest of them and float32 is applied: the per-layer choice is made from each
     layer's passes timed alone, and what it leaves out (a cast at each dtype boundary, a
-    region per layer) can make it slower than one dtype throughout. A uniform 16-bit
-    precision that measured slower warns with the slowdown. Returns the plan to apply."""
+    region per layer) can make it slower than one dtype throughout. Returns the plan to
+    apply."""
     device, applied = platform.device, step_plan.applied
-    where = cpu_name() if device.type == "cpu" else torch.cuda.get_device_name(device)
     if applied.dtypes is not None and len(precision.host_dtypes) > 1:  # per layer: mixed
         throughout = {dtype: replace(applied, dtypes=uniform_dtypes(step_plan.graph, dtype))
                       for dtype in precision.host_dtypes
@@ -239,7 +239,8 @@ def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan,
         seconds = _timed_updates(learner, precision, step_plan, plans, platform, spaces)
         best = min(seconds, key=seconds.get)
         applied = (plans | throughout)[best]
-        log.info("precision=mixed on %s: %s (an update %.2f ms; float32 %.2f ms; %s)", where,
+        log.info("precision=mixed on %s: %s (an update %.2f ms; float32 %.2f ms; %s)",
+                 _device_name(device),
                  best if best == "per layer" else f"every layer in {best}",
                  1e3 * seconds[best], 1e3 * seconds["float32"],
                  ", ".join(f"{name} {1e3 * s:.2f} ms" for name, s in seconds.items()))
@@ -249,6 +250,15 @@ def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan,
         return applied
     step_plan.update_s = _timed_updates(learner, precision, step_plan, {"precision": applied},
                                         platform, spaces)
+    return applied
+
+
+def _warn_if_slower(learner: Learner, precision: Precision, step_plan: StepPlan,
+                    device: torch.device) -> None:
+    """Warn, with the measured slowdown, where one 16-bit dtype throughout computes an update
+    slower than float32 on this host."""
+    if step_plan.update_s is None or len(precision.host_dtypes) != 1:
+        return
     slowdown = step_plan.update_s["precision"] / step_plan.update_s["float32"]
     if slowdown > 1.0:
         (dtype,) = precision.host_dtypes
@@ -257,10 +267,14 @@ def _against_fp32(learner: Learner, precision: Precision, step_plan: StepPlan,
             "%s computes an update of %s %.1fx slower than float32 on this host (measured "
             "%.1f ms vs %.1f ms; %s)%s: precision=fp32, or precision=mixed (float32 wherever "
             "it is faster), trains faster", dtype, type(learner).__name__, slowdown,
-            1e3 * step_plan.update_s["precision"], 1e3 * step_plan.update_s["float32"], where,
+            1e3 * step_plan.update_s["precision"], 1e3 * step_plan.update_s["float32"],
+            _device_name(device),
             f": the CPU has no {dtype} instructions, so its numerics are emulated by rounding "
             "in float32" if emulated else "")
-    return applied
+
+
+def _device_name(device: torch.device) -> str:
+    return cpu_name() if device.type == "cpu" else torch.cuda.get_device_name(device)
 
 
 def _timed_updates(learner: Learner, precision: Precision, step_plan: StepPlan,
@@ -281,12 +295,19 @@ def _plan(cfg: DictConfig, learner: Learner, platform: HostPlatform | ModeledPla
           precision: Precision, spaces: dict[str, gym.Space]) -> StepPlan | None:
     """A modeled platform plans the step from modeled costs; the host from costs measured on
     its devices (unless `platform.measure_layers=false`), and in a precision other than
-    float32 it times whole updates against float32's; learners with no task graph
-    (multi-agent) have no plan on the host."""
+    float32 it times whole updates against float32's, or (`platform.reuse_plan`) takes the
+    plan recorded for the same step on this machine (`hetrl.plan_record`); learners with no
+    task graph (multi-agent) have no plan on the host."""
     if isinstance(platform, ModeledPlatform):
         step_plan = plan_step(learner, platform, precision, instantiate(cfg.partitioner),
                               **spaces)
     elif platform.measure_layers and hasattr(learner, "task_graph"):
+        key = plan_key(learner, platform, {
+            group: OmegaConf.to_container(cfg[group], resolve=True)
+            for group in ("precision", "platform", "partitioner")})
+        if platform.reuse_plan and (recorded := recorded_plan(key)) is not None:
+            _warn_if_slower(learner, precision, recorded, platform.device)
+            return recorded
         step_plan = plan_measured_step(learner, platform, instantiate(cfg.partitioner),
                                        **spaces, dtypes=precision.host_dtypes,
                                        min_speedup=getattr(precision, "min_speedup", 1.0))
@@ -295,4 +316,7 @@ def _plan(cfg: DictConfig, learner: Learner, platform: HostPlatform | ModeledPla
     step_plan.applied = _applied_plan(step_plan, platform)
     if step_plan.measured and precision.host_dtypes != ("float32",):
         step_plan.applied = _against_fp32(learner, precision, step_plan, platform, spaces)
+        _warn_if_slower(learner, precision, step_plan, platform.device)
+    if step_plan.measured and platform.reuse_plan:
+        record_plan(key, step_plan)
     return step_plan

@@ -179,7 +179,8 @@ def _mixed_job_timed(monkeypatch, ms: dict[str, float], *overrides: str):
     monkeypatch.setattr(hetrl.build, "compare_updates", compare_updates)
     _critic_faster_in_bfloat16(monkeypatch)
     c = build_job("algo=ddpg", "env=pendulum", "algo.hidden=[8,8]", "precision=mixed",
-                  "compile=false", *overrides, plan=True)  # the update as planned, eager
+                  "compile=false", "platform.reuse_plan=false", *overrides,
+                  plan=True)  # the update as planned, eager; the fake timings not recorded
     c.envs.close()
     return c, timed
 
@@ -258,7 +259,8 @@ def test_a_resumed_mixed_job_computes_in_the_dtypes_it_chose_not_in_a_new_choice
     _critic_faster_in_bfloat16(monkeypatch)
     job = ("tracking=none", "algo=ddpg", "env=pendulum", "algo.hidden=[8,8]",
            "algo.batch_size=16", "algo.learning_starts=50", "precision=mixed", "log_every=100",
-           "reference=find", "eval.final=0")  # no fp32 twin, no final evaluation: not checked
+           "reference=find", "eval.final=0",  # no fp32 twin, no final evaluation: not checked
+           "platform.reuse_plan=false")  # the fake timings not recorded
     cfg, choices = compose_job(*job, "steps=100")
     (tmp_path / "job").mkdir()
     experiment.run(cfg, choices, tmp_path / "job")
@@ -282,7 +284,7 @@ def test_a_16_bit_precision_slower_than_float32_warns_with_the_measured_slowdown
                         lambda learners, *a, **k: {"precision": 0.1, "float32": 0.01})
     with caplog.at_level("WARNING", logger="hetrl"):
         c = build_job("algo=ddpg", "env=pendulum", "algo.hidden=[8,8]", "precision=fp16",
-                      "compile=false", plan=True)
+                      "compile=false", "platform.reuse_plan=false", plan=True)
     c.envs.close()
     (record,) = [r for r in caplog.records if "slower than float32" in r.getMessage()]
     assert "float16 computes an update of DDPG 10.0x slower" in record.getMessage()
@@ -307,3 +309,36 @@ def test_a_ddpg_job_with_mixed_precision_runs_on_the_host(tmp_path, client):
     assert {n["dtype"] for n in plan["nodes"]} <= {"float32", "bfloat16", "float16"}
     assert all(set(n["seconds_by_dtype"]["cpu"]) == {"float32", "bfloat16", "float16"}
                for n in plan["nodes"])
+
+
+def test_a_later_job_of_the_same_step_trains_in_the_plan_the_first_one_measured(
+        tmp_path, monkeypatch):
+    """Timed again, near ties choose by noise: each job of a sweep would compute in other
+    dtypes and compile another graph. The first job's plan is recorded on this machine."""
+    import hetrl.platform.host
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # an empty record of this test's own
+    measured = []
+    real = hetrl.platform.host.measure_step
+    monkeypatch.setattr(hetrl.platform.host, "measure_step",
+                        lambda *a, **k: measured.append(k["dtype"]) or real(*a, **k))
+    job = ("algo=ddpg", "env=pendulum", "algo.hidden=[8,8]", "precision=mixed", "compile=false")
+
+    def planned(*overrides: str):
+        c = build_job(*job, *overrides, plan=True)
+        c.envs.close()
+        return c.step_plan
+
+    first = planned()
+    assert measured and list(tmp_path.glob("hetrl/host-plans/*.pt"))
+    measured.clear()
+    second = planned()
+    assert not measured  # not timed again
+    assert np.array_equal(second.costs.seconds, first.costs.seconds)  # no two timings are
+    assert second.applied.dtypes == first.applied.dtypes and second.update_s == first.update_s
+
+    again = planned("platform.reuse_plan=false")
+    assert measured and not np.array_equal(again.costs.seconds, first.costs.seconds)
+    measured.clear()
+    assert np.array_equal(planned().costs.seconds, first.costs.seconds)  # not overwritten
+    assert planned("algo.hidden=[16,16]") and measured  # another step: its own plan

@@ -26,6 +26,7 @@ class PlatformConfig:
 class HostPlatformConfig(PlatformConfig):
     threads: Optional[int] = MISSING  # torch intra-op threads; null keeps torch's default
     measure_layers: bool = MISSING  # time each node of the step on each device before training
+    reuse_plan: bool = MISSING  # train in the plan recorded for the same step on this machine
 
     def __post_init__(self) -> None:
         _check_threads(self.threads)

@@ -34,11 +34,13 @@ def resolve_device(device: str) -> torch.device:
 
 class HostPlatform:
     """This machine's torch devices. With `measure_layers`, a job times each node of its
-    training step on each of them (`hetrl.platform.measure`) and plans over those costs."""
+    training step on each of them (`hetrl.platform.measure`) and plans over those costs; with
+    `reuse_plan`, a later job of the same step trains in that plan (`hetrl.plan_record`)."""
 
-    def __init__(self, device: str, threads: int | None, measure_layers: bool) -> None:
+    def __init__(self, device: str, threads: int | None, measure_layers: bool,
+                 reuse_plan: bool) -> None:
         self.device = resolve_device(device)
-        self.measure_layers = measure_layers
+        self.measure_layers, self.reuse_plan = measure_layers, reuse_plan
         configure_torch(threads)
 
     @property
