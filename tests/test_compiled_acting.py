@@ -84,8 +84,10 @@ def test_compile_false_never_compiles_the_acting_path(traced):
     worker.close()
 
 
-def test_int8_kernels_act_eager_naming_why_and_fp32_compiles_as_asked(traced, tmp_path,
-                                                                       monkeypatch):
+def test_int8_kernels_act_eager_naming_why_and_fp32_acts_compiled_only_where_faster(
+        traced, tmp_path, monkeypatch):
+    """compile=true asks for the compiled update: the acting forward, timed both ways,
+    compiles only where that measured faster (a slower forward in every actor only costs)."""
     monkeypatch.setenv(toolchain.CACHE_ENV, str(tmp_path))  # its records: not this machine's
     policy, obs = network(gym.spaces.Box(-1, 1, (4,)), [16], 2), torch.zeros(1, 4)
     kernels = choose_acting(policy, QuantSpec("int8", "kernel"), obs, "true", 10**6, 2)
@@ -93,6 +95,8 @@ def test_int8_kernels_act_eager_naming_why_and_fp32_compiles_as_asked(traced, tm
     assert "TorchScript object" in kernels.reason
     assert set(kernels.metrics()) == {"host/act_eager_s"}
     fp32 = choose_acting(policy, QuantSpec(), obs, "true", 10**6, 2)
-    assert fp32.compiled and fp32.line().startswith("compile=true: compiled acting (as asked")
+    assert fp32.compiled == (fp32.compiled_s < fp32.eager_s)
+    assert fp32.line().startswith("compile=true: compiled acting (" if fp32.compiled else
+                                  "compile=true: eager acting (compiled is no faster here")
     assert set(fp32.metrics()) == {"host/act_eager_s", "host/act_compiled_s",
                                    "host/act_compile_s"}
