@@ -25,8 +25,8 @@ NON_FINITE_LIMIT = 100
 that overflows now and then is skipped by the loss scaler and is not a failure)."""
 
 
-TRAINING_PHASES = ("replay_add", "rollout_add", "advantages", "sample", "update",
-                   "priority_update")
+TRAINING_PHASES = ("replay_add", "rollout_add", "advantages", "sample", "pearl_insert",
+                   "update", "priority_update")
 """PEARL's training iteration: what eps_host divides by (on-policy: store, GAE, minibatch,
 update)."""
 
