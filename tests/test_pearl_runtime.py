@@ -369,3 +369,35 @@ def test_cpu_trainers_sub_batch_gives_the_whole_batchs_update(algo):
         if p.grad is not None:
             torch.testing.assert_close(q.grad, p.grad, atol=1e-6, rtol=1e-5)
         torch.testing.assert_close(q, p, atol=1e-6, rtol=1e-5)
+
+
+def _ring_put_two(ring, chunks, conn):  # an actor two chunks ahead of the host's reads
+    for chunk in chunks:
+        conn.send(ring.put(chunk))
+
+
+def test_a_ring_of_two_slots_holds_two_chunks_the_host_has_not_read():
+    """PEARL asks each actor for two chunks at a time: the second is written before the host
+    reads the first, into the other slot."""
+    import multiprocessing as mp
+
+    from hetrl.actors.shared import ChunkRing
+    from hetrl.actors.worker import Chunk
+
+    obs_space = gym.spaces.Box(-1, 1, (4,), np.float32)
+    ring = ChunkRing(4, 1, obs_space, gym.spaces.Discrete(2), slots=2)
+    try:
+        rng = np.random.default_rng(0)
+        chunks = [Chunk(0, rng.random((4, 1, 4), dtype=np.float32), rng.integers(0, 2, (4, 1)),
+                        rng.random((4, 1)), rng.random((4, 1, 4), dtype=np.float32),
+                        np.zeros((4, 1), bool), np.zeros((4, 1), bool), np.zeros(0),
+                        {"steps": 4.0}) for _ in range(2)]
+        here, there = mp.get_context("fork").Pipe()
+        p = mp.get_context("fork").Process(target=_ring_put_two, args=(ring, chunks, there))
+        p.start()
+        p.join(10)  # both written, none read yet
+        for chunk in chunks:
+            back = ring.get(here.recv())
+            assert np.array_equal(back.obs, chunk.obs) and back.stats == {"steps": 4.0}
+    finally:
+        ring.close()

@@ -35,12 +35,12 @@ class Dispatcher:
         self.pulled: dict[int, int] = {}  # rank -> the version it holds
         self.handed: set[int] = set()  # ranks handed the shared buffer
 
-    def send(self, rank: int) -> None:
-        """Ask actor `rank` for its next chunk (none once the budget is asked for), with the
-        newest weights it lacks."""
+    def send(self, rank: int) -> bool:
+        """Ask actor `rank` for its next chunk, with the newest weights it lacks; False (and
+        nothing asked) once the whole budget is asked for."""
         steps = min(self.chunk_steps, -(-(self.steps - self.requested) // self.n_envs))
         if steps <= 0:
-            return
+            return False
         if self._due():
             self._publish()
         if self.shared is not None:
@@ -51,6 +51,7 @@ class Dispatcher:
         self.pool.submit(rank, weights, steps, self.requested)
         self.pulled[rank] = self.version
         self.requested += steps * self.n_envs
+        return True
 
     def _due(self) -> bool:
         """Whether a new version is due: none yet, or `sync_every` updates have passed."""

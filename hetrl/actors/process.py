@@ -73,7 +73,8 @@ class ProcessActors(ActorPool):
         self.start_method = start_method
         self.processes: list[mp.process.BaseProcess] = []
         self.conns: list[Connection] = []
-        self.submitted: dict[int, float] = {}  # rank -> when its unanswered chunk was asked
+        self.submitted: dict[int, list[float]] = {}  # rank -> when its unanswered chunks
+        # were asked, oldest first (PEARL keeps two asked of each actor)
         self.hung: set[int] = set()  # ranks found hung: killed at once by close()
         self.rings: dict = {}  # rank -> its shared-memory ChunkRing (scheduler=pearl), if any
 
@@ -100,7 +101,7 @@ class ProcessActors(ActorPool):
             self.conns[rank].send(("collect", payload, steps, step))
         except OSError:  # its end of the pipe is closed: the actor is gone
             raise self._exited(rank) from None
-        self.submitted[rank] = perf_counter()
+        self.submitted.setdefault(rank, []).append(perf_counter())
 
     def _exited(self, rank: int) -> ActorError:
         process = self.processes[rank]
@@ -120,7 +121,9 @@ class ProcessActors(ActorPool):
                     raise self._exited(rank) from None
                 if kind == "error":
                     raise ActorError(body)
-                self.submitted.pop(rank, None)
+                waiting = self.submitted.pop(rank, [])[1:]
+                if waiting:  # the next chunk asked of it, timed from now: it starts on it now
+                    self.submitted[rank] = [perf_counter(), *waiting[1:]]
                 chunks.append(body if rank not in self.rings else self.rings[rank].get(body))
             self._check_answered(ready)
             if chunks or not block or (stop is not None and stop.is_set()):
@@ -130,7 +133,7 @@ class ProcessActors(ActorPool):
         """Raise for an actor whose chunk is overdue and has sent nothing (a chunk sent but
         not yet read would have made its pipe ready)."""
         now = perf_counter()
-        for rank, since in self.submitted.items():
+        for rank, (since, *_) in self.submitted.items():
             if self.conns[rank] not in ready and now - since > self.timeout_s:
                 self.hung.add(rank)
                 process = self.processes[rank]

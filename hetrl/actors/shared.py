@@ -75,17 +75,19 @@ COLUMNS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
 
 class ChunkRing:
     """One actor's data collection queue in shared memory (multiprocessing.shared_memory):
-    a slot of `steps` vector-env steps for each of a chunk's six columns. The actor writes its
-    chunk's arrays into the slot and sends only the chunk's small remainder (its returns and
-    timings; the arrays set to None); the host copies the rows out on receipt. One slot is
-    enough: an actor writes again only after the host, having read the slot, sends it off.
-    The host creates and unlinks the segment; actors attach by name."""
+    `slots` slots, each of `steps` vector-env steps for each of a chunk's six columns. The
+    actor writes its chunks' arrays into the slots in turn and sends only each chunk's small
+    remainder (its returns, timings and slot; the arrays set to None); the host copies the
+    rows out on receipt. An actor with at most `slots` chunks asked of it at a time never
+    overwrites a slot the host has not read: it is asked for another only once the host has
+    read one. The host creates and unlinks the segment; actors attach by name."""
 
-    def __init__(self, steps: int, n_envs: int, obs_space, act_space,
+    def __init__(self, steps: int, n_envs: int, obs_space, act_space, slots: int = 1,
                  name: str | None = None) -> None:
         from multiprocessing import shared_memory
 
-        self.steps, self.n_envs = steps, n_envs
+        self.steps, self.n_envs, self.slots = steps, n_envs, slots
+        self.next = 0  # the slot the actor's next chunk goes into
         self.obs_space, self.act_space = obs_space, act_space
         self.layout = [
             (obs_space.shape, np.dtype(obs_space.dtype)),
@@ -99,34 +101,39 @@ class ChunkRing:
                  for shape, dtype in self.layout]
         self.offsets = np.concatenate([[0], np.cumsum([-(-s // 64) * 64 for s in sizes])])
         self.owner = name is None
-        self.shm = (shared_memory.SharedMemory(create=True, size=max(int(self.offsets[-1]), 1))
-                    if self.owner else _attach(name))
+        size = max(int(self.offsets[-1]) * slots, 1)
+        self.shm = (shared_memory.SharedMemory(create=True, size=size) if self.owner
+                    else _attach(name))
         self.name = self.shm.name
 
     def __getstate__(self):
-        return (self.steps, self.n_envs, self.obs_space, self.act_space, self.name)
+        return (self.steps, self.n_envs, self.obs_space, self.act_space, self.slots, self.name)
 
     def __setstate__(self, state) -> None:
-        steps, n_envs, obs_space, act_space, name = state
-        self.__init__(steps, n_envs, obs_space, act_space, name=name)
+        *shape, slots, name = state
+        self.__init__(*shape, slots=slots, name=name)
 
-    def _views(self, steps: int) -> list[np.ndarray]:
-        return [np.ndarray((steps, self.n_envs, *shape), dtype, self.shm.buf, int(offset))
+    def _views(self, slot: int, steps: int) -> list[np.ndarray]:
+        start = slot * int(self.offsets[-1])
+        return [np.ndarray((steps, self.n_envs, *shape), dtype, self.shm.buf,
+                           start + int(offset))
                 for (shape, dtype), offset in zip(self.layout, self.offsets)]
 
     def put(self, chunk):
-        """Write the chunk's columns into the slot; the chunk without them (sent instead)."""
-        steps = len(chunk.obs)
-        for view, column in zip(self._views(steps), COLUMNS):
+        """Write the chunk's columns into the next slot; the chunk without them (sent
+        instead)."""
+        steps, slot = len(chunk.obs), self.next
+        for view, column in zip(self._views(slot, steps), COLUMNS):
             view[...] = getattr(chunk, column)
+        self.next = (slot + 1) % self.slots
         return dataclasses.replace(chunk, **dict.fromkeys(COLUMNS), stats={
-            **chunk.stats, "ring_steps": float(steps)})
+            **chunk.stats, "ring_steps": float(steps), "ring_slot": float(slot)})
 
     def get(self, slim):
-        """The whole chunk back: the slot's rows copied out of shared memory."""
+        """The whole chunk back: its slot's rows copied out of shared memory."""
         stats = dict(slim.stats)
-        steps = int(stats.pop("ring_steps"))
-        arrays = {c: v.copy() for c, v in zip(COLUMNS, self._views(steps))}
+        steps, slot = int(stats.pop("ring_steps")), int(stats.pop("ring_slot"))
+        arrays = {c: v.copy() for c, v in zip(COLUMNS, self._views(slot, steps))}
         return dataclasses.replace(slim, stats=stats, **arrays)
 
     def close(self) -> None:

@@ -5,7 +5,8 @@ Actor workers (ActorQ's pools: OS processes with `actors=process`, Ray actors wi
 the host runtime (this loop) owns the replay (RM and Exp Memory). One iteration:
 
 1. collect: finished chunks go to the data collection buffer, not yet into the replay, and
-   their actors are sent off again (with the newest weights, if theirs are older);
+   their actors are asked for more (with the newest weights, if theirs are older): each has
+   `IN_FLIGHT` chunks asked of it, so it goes on with the next while the host learns;
 2. sample: the shared update step (`Updates.step`) samples a batch;
 3. insert: right after sampling, the whole collection buffer is inserted in one batch, before
    the learner trains on the sampled batch (the paper inserts on a second thread meanwhile; in
@@ -57,6 +58,10 @@ from hetrl.scheduler.updates import Updates
 
 log = logging.getLogger(__name__)
 ACTIONS = {"none": 0, "shrink_actors": 1, "grow_b": 2, "shrink_b": 3, "give_core_back": 4}
+IN_FLIGHT = 2
+"""Chunks asked of each actor at a time: it starts the next as it hands one back, not once the
+host, busy learning, reads that one and asks again (an actor waited for its next command a
+third of its time with one)."""
 
 
 class PearlScheduler:
@@ -155,6 +160,7 @@ class PearlHost:
         per_round = -(-pool.n * cfg.collect_steps * n_envs // learner.train_freq)
         self.lag = 2 * max(learner.gradient_steps, per_round * learner.gradient_steps)
         self.idle: list[int] = []  # actors not sent off again while too many updates are owed
+        self.asked = dict.fromkeys(range(pool.n), 0)  # rank -> its chunks asked, unanswered
         self.buffer: list[Chunk] = []  # the data collection buffer
         self.iterations, self.owed, self.pending_steps = 0, 0, 0
         self.learner_metrics: dict = {}
@@ -163,12 +169,12 @@ class PearlHost:
 
     def start(self) -> None:
         """Start the actors (with shared-memory collection queues, for processes) and send
-        each off on its first chunk."""
+        each off on its first chunks."""
         t, pool = self.t, self.pool
         if self.shared is not None:  # data collection queues in shared memory, one per actor
             pool.rings = {rank: ChunkRing(self.cfg.collect_steps, self.n_envs,
                                           t.envs.single_observation_space,
-                                          t.envs.single_action_space)
+                                          t.envs.single_action_space, slots=IN_FLIGHT)
                           for rank in range(pool.n)}
         pool.start(self.learner, t.make_envs, t.seed)
         report_placement(t, self.state.step, pool.placement())
@@ -176,9 +182,11 @@ class PearlHost:
             self.submit(rank)
 
     def submit(self, rank: int) -> None:
-        """Send an active actor off on its next chunk, with the newest weights it lacks."""
-        if rank in self.active:
-            self.dispatch.send(rank)
+        """Send an active actor off on its next chunks, with the newest weights it lacks,
+        until `IN_FLIGHT` are asked of it (or the whole budget is)."""
+        while (rank in self.active and self.asked[rank] < IN_FLIGHT
+               and self.dispatch.send(rank)):
+            self.asked[rank] += 1
 
     def collect(self) -> None:
         """1. Finished chunks go to the data collection buffer; their actors are sent off
@@ -187,6 +195,7 @@ class PearlHost:
         ready = len(self.replay) >= self.learner.batch_size and self.owed > 0
         for chunk in self.pool.results(block=not ready and not self.buffer, stop=self.t.stop):
             self.buffer.append(chunk)
+            self.asked[chunk.rank] -= 1
             state.record_episodes(chunk.returns)
             state.record_actor(chunk.rank, chunk.stats)
             busy = chunk.stats.get("step_s", 0.0) + chunk.stats.get("env_s", 0.0)
