@@ -12,40 +12,50 @@ records nothing).
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import logging
 import os
-from dataclasses import fields
 from datetime import datetime, timezone
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import torch
 
-import hetrl
 from hetrl.algos.base import Learner
 from hetrl.compiled.choose import record_key
-from hetrl.partition.costs import CostTable, Plan
-from hetrl.partition.graph import TaskGraph
 from hetrl.paths import user_cache
 from hetrl.planning import StepPlan
 from hetrl.platform.host import HostPlatform, cpu_name
 
 log = logging.getLogger("hetrl")
 
-_FORMAT = [f.name for cls in (StepPlan, CostTable, Plan, TaskGraph) for f in fields(cls)]
-"""The recorded objects' fields: a record of another layout is another key, never loaded."""
+_PLANNERS = ("hetrl.build", "hetrl.planning", "hetrl.platform.host", "hetrl.platform.measure",
+             "hetrl.partition.costs", "hetrl.partition.graph", "hetrl.partition.composer",
+             "hetrl.partition.primitives", "hetrl.plan_record")
+
+
+@cache
+def _planner_code() -> str:
+    """A digest of the code that measures, plans and records a step: a record made by other
+    code (another layout of its objects, another way of timing) is another key, never read."""
+    digest = hashlib.sha1()
+    for name in _PLANNERS:
+        digest.update(Path(importlib.util.find_spec(name).origin).read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def plan_key(learner: Learner, platform: HostPlatform, configs: dict[str, Any]) -> str:
     """The identity of a step's plan on this machine: the learner's class, parameter shapes
     and task graph (its batch size included), the `configs` that choose the plan (precision,
-    platform, partitioner), this host (`describe`, its CPU's 16-bit instructions) and
-    hetrl's version."""
+    platform, partitioner), this host (`describe`, its CPU's 16-bit instructions) and the
+    planning code."""
     graph = learner.task_graph(learner.batch_size)
     name = "|".join([type(learner).__name__, json.dumps(configs, sort_keys=True),
                      json.dumps(platform.describe(), sort_keys=True), cpu_name(),
-                     hetrl.__version__, repr(_FORMAT), repr(graph)])
+                     _planner_code(), repr(graph)])
     return record_key(f"plan|{name}", learner.state_dict(), [])
 
 
