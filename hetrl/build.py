@@ -298,16 +298,18 @@ def _plan(cfg: DictConfig, learner: Learner, platform: HostPlatform | ModeledPla
     float32 it times whole updates against float32's, or (`platform.reuse_plan`) takes the
     plan recorded for the same step on this machine (`hetrl.plan_record`); learners with no
     task graph (multi-agent) have no plan on the host."""
+    key = None  # the host's record of this step's plan, where it is kept
     if isinstance(platform, ModeledPlatform):
         step_plan = plan_step(learner, platform, precision, instantiate(cfg.partitioner),
                               **spaces)
     elif platform.measure_layers and hasattr(learner, "task_graph"):
-        key = plan_key(learner, platform, {
-            group: OmegaConf.to_container(cfg[group], resolve=True)
-            for group in ("precision", "platform", "partitioner")})
-        if platform.reuse_plan and (recorded := recorded_plan(key)) is not None:
-            _warn_if_slower(learner, precision, recorded, platform.device)
-            return recorded
+        if platform.reuse_plan:
+            key = plan_key(learner, platform, {
+                group: OmegaConf.to_container(cfg[group], resolve=True)
+                for group in ("precision", "platform", "partitioner")})
+            if (recorded := recorded_plan(key)) is not None:
+                _warn_if_slower(learner, precision, recorded, platform.device)
+                return recorded
         step_plan = plan_measured_step(learner, platform, instantiate(cfg.partitioner),
                                        **spaces, dtypes=precision.host_dtypes,
                                        min_speedup=getattr(precision, "min_speedup", 1.0))
@@ -317,6 +319,6 @@ def _plan(cfg: DictConfig, learner: Learner, platform: HostPlatform | ModeledPla
     if step_plan.measured and precision.host_dtypes != ("float32",):
         step_plan.applied = _against_fp32(learner, precision, step_plan, platform, spaces)
         _warn_if_slower(learner, precision, step_plan, platform.device)
-    if step_plan.measured and platform.reuse_plan:
+    if key is not None:
         record_plan(key, step_plan)
     return step_plan

@@ -230,19 +230,18 @@ def decided(mode: str, key: str, calls: int | None, times: dict[str, float], com
     it took is kept for the next job's `unpaid`."""
     eager_s, compiled_s = times["eager"], times["compiled"]
     _remember(key, compile_s, compiled_s / eager_s, warm=key in _records())
-    faster = compiled_s < eager_s
+    faster, asked = compiled_s < eager_s, mode == "true" and forced
     figures = (f"{'an update' if subject == 'update' else 'a forward'} "
                f"{1e3 * compiled_s:.2f} ms compiled, {1e3 * eager_s:.2f} ms eager, "
                f"compiled in {compile_s:.1f} s")
-    if mode == "true" and forced:
+    if asked:
         reason = f"as asked; {figures}"
     elif faster:
         saving = f", saving about {calls * (eager_s - compiled_s):.0f} s" if calls else ""
         reason = f"{eager_s / compiled_s:.1f}x faster{saving}; {figures}"
     else:
         reason = f"compiled is no faster here; {figures}"
-    return UpdateChoice(mode, (mode == "true" and forced) or faster, reason, eager_s, compiled_s,
-                        compile_s, subject)
+    return UpdateChoice(mode, asked or faster, reason, eager_s, compiled_s, compile_s, subject)
 
 
 def time_updates(updates: dict[str, Callable[[], Any]], learner: Learner,
