@@ -4,7 +4,11 @@ options: no weight decay, amsgrad, Nesterov or centering), on the state tensors 
 keeps (`optimizer.state[p]`), so a checkpoint moves between the eager and the compiled update.
 
 The step count is a tensor (a Python number would be baked into the graph, and every step
-would compile it again)."""
+would compile it again). A step also returns the 0-d coefficients it computes from the count
+(Adam's bias corrections, the clip's scale), which the graph returns: inductor's CPU kernels
+keep libm's errno semantics, so a `pow` or `sqrt` they inline into an elementwise loop is
+computed again in every iteration of it (2.3x Adam's time on a 67k-parameter net); a value
+the graph returns is computed once, into a buffer the loop reads."""
 
 from __future__ import annotations
 
@@ -42,8 +46,9 @@ class FunctionalOptimizer:
         raise NotImplementedError
 
     def step(self, params: Tensors, grads: Tensors, state: dict[str, Tensors],
-             lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors]]:
-        """The new parameters and state (nothing is written in place)."""
+             lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors], Tensors]:
+        """The new parameters and state (nothing is written in place), and the coefficients
+        computed from the step count (see the module's note)."""
         raise NotImplementedError
 
 
@@ -80,7 +85,7 @@ class Adam(FunctionalOptimizer):
                 "exp_avg_sq": zeros.clone()}
 
     def step(self, params: Tensors, grads: Tensors, state: dict[str, Tensors],
-             lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors]]:
+             lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors], Tensors]:
         b1, b2 = self.beta1, self.beta2
         steps = [s + 1 for s in state["step"]]
         # the bias corrections in double precision, as torch computes them (on the host)
@@ -91,7 +96,7 @@ class Adam(FunctionalOptimizer):
         v = [v * b2 + (1 - b2) * g * g for v, g in zip(state["exp_avg_sq"], grads)]
         new = [p - step_size * mi / (vi.sqrt() / bias2_sqrt + self.eps)
                for p, mi, vi in zip(params, m, v)]
-        return new, {"step": steps, "exp_avg": m, "exp_avg_sq": v}
+        return new, {"step": steps, "exp_avg": m, "exp_avg_sq": v}, [step_size, bias2_sqrt]
 
 
 class RMSprop(FunctionalOptimizer):
@@ -107,11 +112,11 @@ class RMSprop(FunctionalOptimizer):
                 "square_avg": torch.zeros_like(p, memory_format=torch.preserve_format)}
 
     def step(self, params: Tensors, grads: Tensors, state: dict[str, Tensors],
-             lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors]]:
+             lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors], Tensors]:
         a = self.alpha
         sq = [s * a + (1 - a) * g * g for s, g in zip(state["square_avg"], grads)]
         new = [p - lr * g / (s.sqrt() + self.eps) for p, g, s in zip(params, grads, sq)]
-        return new, {"step": [s + 1 for s in state["step"]], "square_avg": sq}
+        return new, {"step": [s + 1 for s in state["step"]], "square_avg": sq}, []
 
 
 class SGD(FunctionalOptimizer):
@@ -129,9 +134,9 @@ class SGD(FunctionalOptimizer):
         return {"momentum_buffer": torch.zeros_like(p, memory_format=torch.preserve_format)}
 
     def step(self, params: Tensors, grads: Tensors, state: dict[str, Tensors],
-             lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors]]:
+             lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors], Tensors]:
         buf = [b * self.momentum + g for b, g in zip(state["momentum_buffer"], grads)]
-        return [p - lr * b for p, b in zip(params, buf)], {"momentum_buffer": buf}
+        return [p - lr * b for p, b in zip(params, buf)], {"momentum_buffer": buf}, []
 
 
 RULES: dict[type, Callable[[torch.optim.Optimizer], FunctionalOptimizer]] = {
@@ -147,8 +152,9 @@ def functional(optimizer: torch.optim.Optimizer) -> FunctionalOptimizer:
     return rule(optimizer)
 
 
-def clip_grad_norm(grads: Tensors, max_norm: float) -> Tensors:
-    """`torch.nn.utils.clip_grad_norm_`'s arithmetic, out of place."""
+def clip_grad_norm(grads: Tensors, max_norm: float) -> tuple[Tensors, torch.Tensor]:
+    """`torch.nn.utils.clip_grad_norm_`'s arithmetic, out of place; and its scale (a
+    coefficient: see the module's note)."""
     total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
-    return [g * coef for g in grads]
+    return [g * coef for g in grads], coef

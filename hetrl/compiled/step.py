@@ -102,10 +102,10 @@ class GraphStep:
         ran = [stage for stage, run in zip(stages, runs) if run]
         timer, learner.timer = learner.timer, _NoTimer()
         try:
-            metrics, skipped = fn(self.values, [self._state(s) for s in ran],
-                                  [self._lr(s) for s in ran], self.count,
-                                  self.scaling.state() if self.scaling else [],
-                                  _without_indices(batch))
+            metrics, skipped, _ = fn(self.values, [self._state(s) for s in ran],
+                                     [self._lr(s) for s in ran], self.count,
+                                     self.scaling.state() if self.scaling else [],
+                                     _without_indices(batch))
         finally:
             learner.timer = timer
         if skipped is not None:  # float16's overflowing steps, counted as eager counts them
@@ -184,9 +184,10 @@ class GraphStep:
 
         def update(values: list[torch.Tensor], states: list[dict[str, list[torch.Tensor]]],
                    lrs: list[torch.Tensor], count: torch.Tensor, scaler: list[torch.Tensor],
-                   batch: Any) -> tuple[Metrics, torch.Tensor | None]:
+                   batch: Any) -> tuple[Metrics, torch.Tensor | None, list[torch.Tensor]]:
             live = dict(zip(names, values))
             metrics: Metrics = {}
+            coefficients: list[torch.Tensor] = []  # returned: computed once (optim's note)
             writes: list[tuple[torch.Tensor, torch.Tensor]] = []
             scale, tracker = scaler if scaling is not None else (None, None)
             skipped = None
@@ -208,9 +209,11 @@ class GraphStep:
                 if scaling is not None:
                     g, found = scaling.unscale(g, scale)
                 if stage.max_grad_norm is not None:
-                    g = _clipped(g, clip, stage.max_grad_norm)
-                new_params, new_state = rule.step([live[n] for n in mine], g, state,
-                                                  lr.to(g[0].device))
+                    g, scales = _clipped(g, clip, stage.max_grad_norm)
+                    coefficients += scales
+                new_params, new_state, computed = rule.step([live[n] for n in mine], g, state,
+                                                            lr.to(g[0].device))
+                coefficients += computed
                 if scaling is not None:  # an overflow skips the step: GradScaler.step's rule
                     new_state = {k: kept(found, new_state[k], state[k]) for k in rule.keys}
                     scale, tracker = scaling.update(scale, tracker, found)
@@ -229,7 +232,7 @@ class GraphStep:
                 for old, new in writes:
                     old.copy_(new)
                 count.add_(1)
-            return metrics, skipped
+            return metrics, skipped, coefficients
 
         return update
 
@@ -248,14 +251,16 @@ def _stepped(live: dict[str, torch.Tensor], new: dict[str, torch.Tensor],
 
 
 def _clipped(grads: list[torch.Tensor], groups: list[list[int]],
-             max_norm: float) -> list[torch.Tensor]:
-    """`grads` with each group's (positions in them) norm clipped to `max_norm` on its own."""
-    out = list(grads)
+             max_norm: float) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """`grads` with each group's (positions in them) norm clipped to `max_norm` on its own;
+    the groups' scales."""
+    out, scales = list(grads), []
     for group in groups:
-        out_group = clip_grad_norm([grads[k] for k in group], max_norm)
+        out_group, scale = clip_grad_norm([grads[k] for k in group], max_norm)
+        scales.append(scale)
         for k, g in zip(group, out_group):
             out[k] = g
-    return out
+    return out, scales
 
 
 def _chosen(runs: torch.Tensor | None, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
