@@ -2,8 +2,10 @@
 
 Run from the repository root (needs `pip install -e '.[bench]'`):
 
-    python benchmarks/vs_sb3.py [--quick | --smoke] [--only dqn|ddpg]
+    python benchmarks/vs_sb3.py [--quick | --smoke] [--only dqn|ddpg] [--compile true]
     # full: about 5 minutes on 2 quiet cores; --quick 1-4; --smoke seconds (tiny budgets)
+    # --compile: the best candidates' compile= (default: theirs, auto; the compile, at
+    # build, is outside the loop's env steps/s, as in pearl_eps.py)
 
 All measured in this run on this host, with the same hyperparameters and budget in both
 libraries: DQN CartPole-v1 (batch 64, hidden [256, 256], train_freq 4) and DDPG Pendulum-v1
@@ -135,7 +137,7 @@ class Workload:
         return job_config(*self.overrides())[0].algo
 
 
-def workloads(mode: Mode, only: str) -> list[Workload]:
+def workloads(mode: Mode, only: str, compile: str | None = None) -> list[Workload]:
     chosen = []
     for i, (algo, env, env_id, batch, hidden, train_freq, buffer) in enumerate((
             ("dqn", "cartpole", "CartPole-v1", 64, "[256,256]", 4, 100_000),
@@ -147,7 +149,8 @@ def workloads(mode: Mode, only: str) -> list[Workload]:
                 "seed=0", *mode.extra]
         best = ["platform.threads=1,2" if mode.threads == 2 else "platform.threads=1",
                 *["precision=bf16"] * best_in_bf16(algo), f"env.n_envs={mode.n_envs[i]}",
-                f"scheduler={mode.schedulers[i]}", "replay=uniform"]
+                f"scheduler={mode.schedulers[i]}", "replay=uniform",
+                *([f"compile={compile}"] if compile else [])]
         chosen.append(Workload(
             f"{algo.upper()} {env_id}", algo, env_id, batch, mode.updates[i], mode.steps[i],
             lambda *extra, base=base: list({o.split("=")[0]: o for o in (*base, *extra)}.values()),
@@ -286,7 +289,8 @@ def end_to_end(w: Workload, store: Path, starts: int) -> tuple[dict, dict, dict,
     candidates = [{**loop_figures(r.data.metrics, w.steps),
                    "threads": r.data.params["platform.threads"],
                    "setting": f"{r.data.tags['scheduler']}, {r.data.tags['precision']}, "
-                              f"{r.data.params['env.n_envs']} env"}
+                              f"{r.data.params['env.n_envs']} env, "
+                              f"compile={r.data.params['compile']}"}
                   for r in sweep(store / "sweep", *w.overrides(*w.candidates))]
     return sb3, sb3_flushed, hetrl, candidates
 
@@ -359,6 +363,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller budgets, fewer repeats")
     parser.add_argument("--smoke", action="store_true", help="seconds: tiny budgets, 1 round")
     parser.add_argument("--only", choices=("dqn", "ddpg", "both"), default="both")
+    parser.add_argument("--compile", choices=("auto", "true", "false"),
+                        help="the best candidates' compile= (default: the config's, auto)")
     parser.add_argument("--omp-passive", action="store_true",
                         help="set OMP_WAIT_POLICY=PASSIVE (idle OpenMP threads sleep)")
     args = parse_args(parser)
@@ -371,7 +377,7 @@ def main() -> None:
           f"{mode.fill}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
     checks, results = [core_check(mode.check_s)], []
     with tempfile.TemporaryDirectory() as tmp:
-        for i, w in enumerate(workloads(mode, args.only)):
+        for i, w in enumerate(workloads(mode, args.only, args.compile)):
             print(f"\n== {w.name}: {' '.join(w.overrides())}", flush=True)
             lr = learner_rates(w, mode)
             print("   learner: " + ", ".join(f"{k} {num(v)}/s" for k, v in lr.items()), flush=True)
