@@ -34,7 +34,8 @@ silenced units decay into subnormals, which x86 cores compute ~100x slower. SB3'
 is also timed with subnormals flushed, so the ratio shows what is that setting and what is not.
 
 Host checks (a matmul at 1 and 2 threads) flag a busy second core, which makes 2-thread runs
-many times slower. Goals (issue 3): hetrl best >= 2x SB3 env steps/s; learner >= 1.3x SB3
+many times slower. Goals (issue 3): hetrl best >= 2x SB3 env steps/s (issue 38: 3x for
+DQN, compiled: `--compile true`); learner >= 1.3x SB3
 (DQN), >= 1.0x (DDPG); hetrl's learner within 10% of the plain-PyTorch limit. The host is
 shared and noisy (±15% run to run).
 """
@@ -336,10 +337,11 @@ def report(results: list, mode: Mode, checks: list[str], total: float) -> None:
     rows = []
     for w, lr, sb3, sb3_flushed, _, candidates in results:
         top, need = best(candidates), 1.3 if w.algo == "dqn" else 1.0
+        fold = 3 if w.algo == "dqn" else 2  # issue 3's 2x; issue 38's 3x for the DQN config
         update, sampled = lr["hetrl_update_only"] / lr["limit"], lr["hetrl"] / lr["limit"]
-        rows += [(f"{w.name}: hetrl best >= 2x SB3 env steps/s",
+        rows += [(f"{w.name}: hetrl best >= {fold}x SB3 env steps/s",
                   f"{ratio(top['sps'], sb3['sps'])} (threads {top['threads']}, {top['setting']})",
-                  verdict(top["sps"] >= 2 * sb3["sps"])),
+                  verdict(top["sps"] >= fold * sb3["sps"])),
                  (f"{w.name}: hetrl best vs SB3 with subnormals flushed, for reference",
                   ratio(top["sps"], sb3_flushed["sps"]), "-"),
                  (f"{w.name}: hetrl learner >= {need}x SB3 (1 thread)",
