@@ -35,9 +35,8 @@ is also timed with subnormals flushed, so the ratio shows what is that setting a
 
 Host checks (a matmul at 1 and 2 threads) flag a busy second core, which makes 2-thread runs
 many times slower. Goals (issue 3): hetrl best >= 2x SB3 env steps/s (issue 38: 3x for
-DQN, compiled: `--compile true`); learner >= 1.3x SB3
-(DQN), >= 1.0x (DDPG); hetrl's learner within 10% of the plain-PyTorch limit. The host is
-shared and noisy (±15% run to run).
+DQN, compiled: `--compile true`); learner >= 1.3x SB3 (DQN), >= 1.0x (DDPG); hetrl's learner
+within 10% of the plain-PyTorch limit. The host is shared and noisy (±15% run to run).
 """
 
 from __future__ import annotations
