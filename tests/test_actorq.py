@@ -35,7 +35,7 @@ LEARNS = ("algo=dqn", "env=cartpole", "steps=10000", "algo.learning_starts=500",
           "algo.exploration_fraction=0.2", "algo.hidden=[64,64]", "log_every=2000",
           "platform.measure_layers=false", "compile=false", "eval.final=0")
 POOL = dict(precision="fp32", int8_mode="kernel", per_channel=True, eval_episodes=1, n=1,
-            pull_every=10, quantize_on="learner", start_method="auto", timeout_s=300.0)
+            pull_every=10, quantize_on="learner", start_method="auto", timeout_s=300.0, nice=10)
 
 
 @pytest.mark.slow
@@ -145,6 +145,22 @@ def test_actors_are_forked_until_this_process_initialised_cuda(monkeypatch, cuda
         spawned = b"spawn_main" in Path(f"/proc/{pool.processes[0].pid}/cmdline").read_bytes()
         assert ("spawn" if spawned else "fork") == method
         assert len(chunk.obs) == 5
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("nice", [0, 7])
+def test_an_actor_process_runs_nice_below_the_learner(nice):
+    """actors.nice: each actor process lowers its own priority by that much (the learner's
+    process keeps its own), so that the learner runs first on a core they share."""
+    learner, make_envs = _learner_and_envs()
+    pool = ProcessActors(**{**POOL, "nice": nice})
+    pool.start(learner, make_envs, seed=0)
+    try:
+        pool.submit(0, None, 5, 0)
+        assert len(pool.results()) == 1
+        actor = os.getpriority(os.PRIO_PROCESS, pool.processes[0].pid)
+        assert actor == min(os.getpriority(os.PRIO_PROCESS, 0) + nice, 19)
     finally:
         pool.close()
 

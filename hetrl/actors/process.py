@@ -10,6 +10,7 @@ the learner stops them itself; SIGTERM ends an actor at once.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import threading
 import traceback
 from multiprocessing.connection import Connection, wait
@@ -33,10 +34,12 @@ STOP_TIMEOUT_S = 10.0  # then the actors that have not exited are terminated
 
 def _serve(conn: Connection, rank: int, n_actors: int, learner: Learner,
            make_envs: Callable[[], gym.vector.VectorEnv], seed: int, spec: QuantSpec,
-           ring=None, log_file: Path | None = None) -> None:
-    """An actor process: collect chunks on command until told to stop; with a `ring` (PEARL's
-    shared-memory data collection queue) a chunk's arrays go there, not through the pipe."""
+           ring=None, log_file: Path | None = None, nice: int = 0) -> None:
+    """An actor process, at `nice` below the learner's priority: collect chunks on command
+    until told to stop; with a `ring` (PEARL's shared-memory data collection queue) a chunk's
+    arrays go there, not through the pipe."""
     leave_stops_to_the_job()
+    os.nice(nice)
     log_to(log_file)
     worker = None
     try:
@@ -68,9 +71,9 @@ def resolved_start_method(start_method: str) -> str:
 
 
 class ProcessActors(ActorPool):
-    def __init__(self, start_method: str, **pool) -> None:
+    def __init__(self, start_method: str, nice: int, **pool) -> None:
         super().__init__(**pool)
-        self.start_method = start_method
+        self.start_method, self.nice = start_method, nice
         self.processes: list[mp.process.BaseProcess] = []
         self.conns: list[Connection] = []
         self.submitted: dict[int, list[float]] = {}  # rank -> when its unanswered chunks
@@ -88,7 +91,7 @@ class ProcessActors(ActorPool):
             here, there = context.Pipe()
             process = context.Process(
                 target=_serve, args=(there, rank, self.n, copy, make_envs, seed, self.spec,
-                                     self.rings.get(rank), self.logs[rank]),
+                                     self.rings.get(rank), self.logs[rank], self.nice),
                 name=f"hetrl-actor-{rank}", daemon=True)
             with starting(method):
                 process.start()

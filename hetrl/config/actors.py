@@ -63,12 +63,17 @@ class ProcessActorsConfig(ActorPoolConfig):
     # multiprocessing: auto (fork while this process has not initialised CUDA, else spawn) |
     # spawn | forkserver | fork
     start_method: str = "auto"
+    # niceness each actor process adds to its own (os.nice): where the learner's process and
+    # an actor share a core, the learner runs first and the actor takes what it leaves (on 2
+    # cores PEARL's DQN-CartPole at batch 32 made 1.15-1.19x the EPS at 10 than at 0)
+    nice: int = 10
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.start_method in ("auto", "spawn", "forkserver", "fork"),
                 "actors.start_method", self.start_method,
                 "'auto', 'spawn', 'forkserver' or 'fork'")
+        require(0 <= self.nice <= 19, "actors.nice", self.nice, "integers 0 to 19")
 
 
 @dataclass
