@@ -1,6 +1,8 @@
 import gc
+import logging
 import os
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -23,3 +25,17 @@ def client(tmp_path: Path):
 
     new_store(tmp_path)
     return MlflowClient(tracking_uri(tmp_path))
+
+
+@pytest.fixture
+def job_log(tmp_path: Path) -> Iterator[Path]:
+    """The job's log file, as Hydra's (the root logger's file handler), for the test only:
+    the workers log beside it (workers/), and a test that fails leaves it to no other."""
+    path = tmp_path / "job.log"
+    handler = logging.FileHandler(path)
+    logging.getLogger().addHandler(handler)
+    try:
+        yield path
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()

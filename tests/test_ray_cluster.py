@@ -4,7 +4,6 @@ three nodes, and the run learns as the one-node ActorQ test does; PEARL's actors
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import signal
@@ -91,15 +90,15 @@ def test_with_no_address_hetrl_starts_its_own_ray_beside_a_running_cluster(clust
         ray.shutdown()
 
 
+@pytest.mark.usefixtures("job_log")
 def test_a_ray_actor_that_hangs_or_dies_is_named_with_its_last_log_line(tmp_path: Path, cluster):
     """As a process actor is: its Ray actor id, pid and node, how it ended (Ray's words),
     the last line of its own log in the job's workers/ folder, the key of the timeout."""
     from hetrl.actors.ray import RayActors
 
-    job_log = logging.FileHandler(tmp_path / "job.log")  # the job's log file, as Hydra's
-    logging.getLogger().addHandler(job_log)
     c = build_job("algo=dqn", "algo.hidden=[16]", "env=cartpole")
-    config = {key: value for key, value in POOL.items() if key != "start_method"}
+    # a process actor's keys out: Ray starts its actors, at its own niceness (15)
+    config = {key: value for key, value in POOL.items() if key not in ("start_method", "nice")}
     pool = RayActors(address=cluster.address, **{**config, "timeout_s": 2.0})
     try:
         pool.start(c.learner, c.make_envs, seed=0)
@@ -120,5 +119,4 @@ def test_a_ray_actor_that_hangs_or_dies_is_named_with_its_last_log_line(tmp_path
                                                    "run stops, its last checkpoint is where"):
             pool.results()
     finally:
-        logging.getLogger().removeHandler(job_log)
         pool.close()

@@ -5,7 +5,6 @@ store, their placement reported as ActorQ's pool reports it."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import signal
@@ -74,11 +73,10 @@ def test_ray_and_process_workers_play_the_same_games(local_ray):
     assert games["ray"] == games["process"]
 
 
+@pytest.mark.usefixtures("job_log")
 def test_a_hung_ray_worker_is_named_with_its_last_log_line(tmp_path: Path, local_ray):
     """As a hung process worker is (test_selfplay_stops): each silent Ray actor by rank, Ray
     actor id, pid and node, and the last line of its own log in the job's workers/ folder."""
-    job_log = logging.FileHandler(tmp_path / "job.log")  # the job's log file, as Hydra's
-    logging.getLogger().addHandler(job_log)
     game, learner = tiny_go5()
     workers = RayWorkerPool(2, game, learner, seed=3, timeout_s=2, address=None)
     try:
@@ -95,5 +93,4 @@ def test_a_hung_ray_worker_is_named_with_its_last_log_line(tmp_path: Path, local
                                              r"in 2 s \(selfplay.worker_timeout_s\)"):
             workers.play(2, 2, 10**6, 2, SearchStats())
     finally:
-        logging.getLogger().removeHandler(job_log)
         workers.close()

@@ -65,7 +65,8 @@ class ProcessActorsConfig(ActorPoolConfig):
     start_method: str = "auto"
     # niceness each actor process adds to its own (os.nice): where the learner's process and
     # an actor share a core, the learner runs first and the actor takes what it leaves (on 2
-    # cores PEARL's DQN-CartPole at batch 32 made 1.14-1.16x the EPS at 10 than at 0)
+    # cores PEARL's DQN-CartPole at batch 32 made 1.14-1.16x the EPS at 10 than at 0). Ray
+    # runs its actors at its own niceness (RAY_worker_niceness, 15)
     nice: int = 10
 
     def __post_init__(self) -> None:
