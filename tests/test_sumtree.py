@@ -115,6 +115,21 @@ def test_compiled_and_numpy_paths_agree_bit_for_bit(fanout):
     assert np.array_equal(compiled.find(x), reference.find(x))
     draws = rng.random(256)
     assert np.array_equal(compiled.stratified(draws), reference.stratified(draws))
+    leaves = reference.stratified(draws)
+    for beta in (0.4, 1.0):
+        assert np.array_equal(compiled.importance(leaves, 4000, beta),
+                              reference.importance(leaves, 4000, beta))
+
+
+@pytest.mark.parametrize("compiled", PATHS)
+def test_importance_weights_are_n_p_to_the_minus_beta_over_their_max(compiled):
+    """PER's weights (N·P(i))^-β / max: the least likely leaf of the batch weighs 1, and a
+    leaf k times as likely weighs k^-β of it."""
+    tree = SumTree(100, 4, compiled=compiled)
+    tree.set(np.arange(4), np.array([1.0, 2.0, 4.0, 1.0]))
+    w = tree.importance(np.array([0, 1, 2, 3, 2]), 4, 0.5)
+    assert w.dtype == np.float32
+    np.testing.assert_allclose(w, [1.0, 2 ** -0.5, 0.5, 1.0, 0.5], rtol=1e-7)
 
 
 def test_a_tree_of_one_slot_and_an_empty_batch():

@@ -95,9 +95,7 @@ class PrioritizedSampler(UniformSampler):
 
     def _weights(self, refs: np.ndarray, size: int) -> np.ndarray:
         """Lemma 1 / PER: w = ((1/N)·(1/P))^β, normalized by the batch's max."""
-        prob = self.tree.get(refs) / self.tree.total
-        w = (size * prob) ** -self.beta
-        return (w / w.max()).astype(np.float32)
+        return self.tree.importance(refs, size, self.beta)
 
     def sample(self, n: int, size: int) -> tuple[np.ndarray, np.ndarray | None]:
         idx = self._references(n, size)
@@ -111,7 +109,8 @@ class PrioritizedSampler(UniformSampler):
     def update(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
         if not len(slots):  # PEARL's collision check dropped every row (insertion wrapped)
             return
-        priority = np.abs(td_errors).astype(np.float64) + self.eps
+        priority = np.abs(td_errors, dtype=np.float64)
+        priority += self.eps
         self.max_priority = max(self.max_priority, float(priority.max()))
         self._set(slots, priority)
 

@@ -1,6 +1,7 @@
 """The project's one sum tree: an F-ary tree of priorities (PEARL's replay manager, spec B.2.2)
-with batched retrieval, update and stratified sampling, compiled with numba when it is
-installed and in plain numpy otherwise (the reference the compiled path is tested against).
+with batched retrieval, update, stratified sampling and importance weights, compiled with
+numba when it is installed and in plain numpy otherwise (the reference the compiled path is
+tested against).
 
 Layout: level order in one float64 array; the children of node n are F·n+1 … F·n+F, its
 parent (n−1)//F; depth D = ⌈log_F capacity⌉ and the F^D leaves start at (F^D − 1)/(F − 1),
@@ -138,6 +139,19 @@ def _stratified_loop(tree: np.ndarray, fanout: int, depth: int, draws: np.ndarra
     _find_jit(tree, fanout, depth, x, out)
 
 
+def _importance_loop(tree: np.ndarray, offset: int, leaves: np.ndarray, n: int, beta: float,
+                     out: np.ndarray) -> None:
+    """out[k] = (n · P(leaf k))^-β over the largest of them, P = priority / total."""
+    total = tree[0]
+    w = np.empty(len(leaves))
+    top = 0.0
+    for k in range(len(leaves)):
+        w[k] = (n * (tree[offset + leaves[k]] / total)) ** -beta
+        top = max(top, w[k])
+    for k in range(len(leaves)):
+        out[k] = w[k] / top
+
+
 _find_jit = None  # the jitted _find_loop, which the jitted _stratified_loop calls
 
 
@@ -153,7 +167,7 @@ def _kernels() -> SimpleNamespace:
     jit = numba.njit(cache=True, nogil=True)
     _find_jit = jit(_find_loop)
     return SimpleNamespace(set=jit(_set_loop), find=_find_jit,
-                           stratified=jit(_stratified_loop))
+                           stratified=jit(_stratified_loop), importance=jit(_importance_loop))
 
 
 def compile_kernels() -> float:
@@ -168,6 +182,7 @@ def compile_kernels() -> float:
         kernels.set(tree, 1, 2, idx, np.ones(1))
         kernels.find(tree, 2, 1, np.zeros(1), out)
         kernels.stratified(tree, 2, 1, np.zeros(1), out)
+        kernels.importance(tree, 1, idx, 1, 0.5, np.zeros(1, np.float32))
     return time.perf_counter() - start
 
 
@@ -229,6 +244,18 @@ class SumTree:
         else:
             nodes = _find_numpy(self.tree, self.fanout, self.depth, x)
         return nodes - self.offset
+
+    def importance(self, leaves: np.ndarray, n: int, beta: float) -> np.ndarray:
+        """Prioritized replay's importance weights of the leaves, w = (n·P(i))^-β with
+        P(i) = p_i / total, over their max (float32; Schaul et al. 2016, Lemma 1). In one
+        compiled call on the numba path (a fifth of a PEARL sample's numpy time otherwise)."""
+        if self.compiled:
+            out = np.empty(len(leaves), dtype=np.float32)
+            _kernels().importance(self.tree, self.offset, np.ascontiguousarray(leaves, np.int64),
+                                  n, beta, out)
+            return out
+        w = (n * (self.get(leaves) / self.tree[0])) ** -beta
+        return (w / w.max()).astype(np.float32)
 
     def stratified(self, draws: np.ndarray) -> np.ndarray:
         """n leaves, one per stratum: the total split into n equal segments, and leaf k found

@@ -13,7 +13,8 @@ from hetrl.replay.nstep import NStepAccumulator
 
 
 class UniformReplay:
-    """Fixed-capacity FIFO storage in numpy arrays; batches come out as torch tensors.
+    """Fixed-capacity FIFO storage in one numpy array of records (a column is a view of
+    its field); batches come out as torch tensors.
 
     Writes are slice copies (the per-step cost that matters); a sampled batch is one
     fancy-index per column. Indices are drawn with numpy's global generator, so a seeded
@@ -32,27 +33,22 @@ class UniformReplay:
         self.device = device
         self.n_step, self.gamma = n_step, gamma
         self.streams: dict[int, NStepAccumulator] = {}
-        (obs_shape, obs_dtype), (act_shape, act_dtype) = _layout(obs_space, act_space)
-        self.obs = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
-        self.next_obs = np.zeros(self.obs.shape, dtype=obs_dtype)  # not zeros_like, which
-        # writes every byte: np.zeros leaves untouched pages unmapped until the buffer fills
-        self.actions = np.zeros((capacity, *act_shape), dtype=act_dtype)
-        self.rewards = np.zeros(capacity, dtype=np.float32)
-        self.terminated = np.zeros(capacity, dtype=np.float32)
-        self.discounts = np.zeros(capacity, dtype=np.float32)
+        # one record a transition, each column a view of its field: a sampled slot's six
+        # columns share its cache lines, so a batch costs a cache miss a row, not a column
+        # (np.zeros, not zeros_like, which writes every byte: untouched pages stay unmapped
+        # until the buffer fills)
+        self.records = np.zeros(capacity, dtype=_record(obs_space, act_space))
+        self.obs, self.actions, self.rewards, self.next_obs, self.terminated, self.discounts = (
+            self.records[name] for name in COLUMNS)
         self.pos = 0
         self.size = 0
 
     @classmethod
     def nbytes(cls, capacity: int, obs_space: gym.Space, act_space: gym.Space,
                steps: int) -> int:
-        """The bytes of its arrays: all `capacity` rows are allocated (and zeroed) at once,
+        """The bytes of its records: all `capacity` are allocated (and zeroed) at once,
         whatever the budget of `steps`."""
-        (obs_shape, obs_dtype), (act_shape, act_dtype) = _layout(obs_space, act_space)
-        row = (2 * np.dtype(obs_dtype).itemsize * int(np.prod(obs_shape))  # obs, next_obs
-               + np.dtype(act_dtype).itemsize * int(np.prod(act_shape))
-               + 3 * np.dtype(np.float32).itemsize)  # rewards, terminated, discounts
-        return capacity * row
+        return capacity * _record(obs_space, act_space).itemsize
 
     def __len__(self) -> int:
         return self.size
@@ -142,11 +138,15 @@ class UniformReplay:
             column[: self.size] = saved
 
 
-def _layout(obs_space: gym.Space, act_space: gym.Space
-            ) -> tuple[tuple[tuple[int, ...], type], tuple[tuple[int, ...], type]]:
-    """(shape, dtype) of a stored observation and action: frames stay bytes, other
-    observations and continuous actions float32, discrete actions int64."""
+COLUMNS = ("obs", "actions", "rewards", "next_obs", "terminated", "discounts")
+
+
+def _record(obs_space: gym.Space, act_space: gym.Space) -> np.dtype:
+    """The stored transition, field by field (in `COLUMNS`' order, packed): frames stay
+    bytes, other observations and continuous actions float32, discrete actions int64."""
     discrete = isinstance(act_space, gym.spaces.Discrete)
-    act = ((), np.int64) if discrete else (tuple(act_space.shape), np.float32)
-    obs_dtype = np.uint8 if obs_space.dtype == np.uint8 else np.float32
-    return (tuple(obs_space.shape), obs_dtype), act
+    act = (np.int64, ()) if discrete else (np.float32, tuple(act_space.shape))
+    obs = (np.uint8 if obs_space.dtype == np.uint8 else np.float32, tuple(obs_space.shape))
+    scalar = (np.float32, ())  # rewards, terminated, discounts
+    fields = (obs, act, scalar, obs, scalar, scalar)
+    return np.dtype([(name, *field) for name, field in zip(COLUMNS, fields)], align=False)
