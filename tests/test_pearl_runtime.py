@@ -124,6 +124,9 @@ def test_t15_a_slot_overwritten_after_sampling_keeps_no_stale_priority():
     assert 1 not in replay.priorities  # ... whose priority is not the old TD error
     assert replay.priorities == {2: 20.0}  # the untouched slot's update went in
     assert check.collisions == 1
+    replay.slots = np.array([0, 1])  # the insertion now writes slots 2 and 3: no collision
+    updates.step(after_sample)
+    assert replay.priorities == {2: 20.0, 0: 1000.0, 1: 1010.0} and check.collisions == 1
 
 
 class _NoPrecision:

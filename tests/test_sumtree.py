@@ -119,6 +119,14 @@ def test_compiled_and_numpy_paths_agree_bit_for_bit(fanout):
     for beta in (0.4, 1.0):
         assert np.array_equal(compiled.importance(leaves, 4000, beta),
                               reference.importance(leaves, 4000, beta))
+    raws = np.zeros(5000), np.zeros(5000)
+    for alpha in (0.5, 0.6, 1.0):
+        td = (rng.standard_normal(64) * 3).astype(np.float32)
+        slots = rng.integers(0, 5000, 64)
+        tops = [tree.set_priorities(slots, td, 1e-6, alpha, raw)
+                for tree, raw in zip((compiled, reference), raws)]
+        assert tops[0] == tops[1] and np.array_equal(*raws)
+        assert np.array_equal(compiled.tree, reference.tree)
 
 
 @pytest.mark.parametrize("compiled", PATHS)
@@ -130,6 +138,19 @@ def test_importance_weights_are_n_p_to_the_minus_beta_over_their_max(compiled):
     w = tree.importance(np.array([0, 1, 2, 3, 2]), 4, 0.5)
     assert w.dtype == np.float32
     np.testing.assert_allclose(w, [1.0, 2 ** -0.5, 0.5, 1.0, 0.5], rtol=1e-7)
+
+
+@pytest.mark.parametrize("compiled", PATHS)
+def test_priorities_are_the_error_plus_eps_and_the_leaves_p_to_the_alpha(compiled):
+    """PER's priority update: p = |δ| + ε kept in the sampler's record, p^α in the leaves
+    (a repeated slot: the last error wins, as in `set`), the largest p returned."""
+    tree, raw = SumTree(8, 2, compiled=compiled), np.zeros(8)
+    top = tree.set_priorities(np.array([1, 5, 1]), np.array([-3.0, 0.5, 2.0], np.float32),
+                             1.0, 0.5, raw)
+    assert top == 4.0
+    np.testing.assert_array_equal(raw, [0, 3.0, 0, 0, 0, 1.5, 0, 0])
+    np.testing.assert_allclose(tree.get(np.arange(8)), [0, 3 ** 0.5, 0, 0, 0, 1.5 ** 0.5, 0, 0])
+    assert tree.total == pytest.approx(3 ** 0.5 + 1.5 ** 0.5)
 
 
 def test_a_tree_of_one_slot_and_an_empty_batch():

@@ -52,7 +52,7 @@ class PrioritizedReplay(UniformReplay):
         return self._batch(idx, indices=idx, weights=torch.from_numpy(weights).to(self.device))
 
     def update_priorities(self, indices: np.ndarray, td_errors: torch.Tensor) -> None:
-        self.sampler.update(indices, td_errors.detach().to("cpu", torch.float32).numpy())
+        self.sampler.update(indices, td_errors.float().numpy(force=True))  # detached, on the CPU
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "sampler": self.sampler.state_dict()}

@@ -109,14 +109,13 @@ class PrioritizedSampler(UniformSampler):
     def update(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
         if not len(slots):  # PEARL's collision check dropped every row (insertion wrapped)
             return
-        priority = np.abs(td_errors, dtype=np.float64)
-        priority += self.eps
-        self.max_priority = max(self.max_priority, float(priority.max()))
-        self._set(slots, priority)
+        top = self.tree.set_priorities(slots, td_errors, self.eps, self.alpha, self.priority)
+        self.max_priority = max(self.max_priority, top)
 
     def _set(self, slots: np.ndarray, priority: np.ndarray) -> None:
-        self.priority[slots] = priority
-        self.tree.set(slots, priority**self.alpha)
+        """Slots at priorities p as they are (|p| + 0 = p): the tree's p^α computed as an
+        update computes it, so a resumed tree is the saved one bit for bit."""
+        self.tree.set_priorities(slots, priority, 0.0, self.alpha, self.priority)
 
     def state_dict(self) -> dict[str, Any]:
         return {"priority": self.priority.copy(), "max_priority": self.max_priority,

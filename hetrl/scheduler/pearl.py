@@ -232,7 +232,7 @@ class PearlHost:
         while self.idle and self.owed <= self.lag:
             self.submit(self.idle.pop(0))
 
-    def sample_and_insert(self, batch: Batch) -> Callable[[np.ndarray], np.ndarray]:
+    def sample_and_insert(self, batch: Batch) -> Callable[[np.ndarray], np.ndarray | None]:
         """3. Once a batch is sampled, the whole buffer goes into the replay; returns the
         collision check of step 4: the sampled rows whose priority update may go in, those
         whose slot the insertion did not overwrite."""

@@ -16,9 +16,10 @@ class CollisionCheck:
 
     `sampled(indices)` starts a batch's window; `written(slots)` records the slots an
     insertion overwrote since; `keep(indices)` is the mask of the sampled rows whose priority
-    update may still go in (the others' slots now hold a new experience: its priority must not
-    be the old one's TD error, so that update is dropped and counted). A flag per slot of the
-    ring's `capacity`: each call costs its own slots, not the ring's size."""
+    update may still go in, None where all may (the others' slots now hold a new experience:
+    its priority must not be the old one's TD error, so that update is dropped and counted).
+    A flag per slot of the ring's `capacity`: each call costs its own slots, not the ring's
+    size."""
 
     def __init__(self, capacity: int) -> None:
         self.overwritten = np.zeros(capacity, dtype=bool)
@@ -34,8 +35,10 @@ class CollisionCheck:
         self.overwritten[slots] = True
         self.marked.append(slots)
 
-    def keep(self, indices: np.ndarray) -> np.ndarray:
+    def keep(self, indices: np.ndarray) -> np.ndarray | None:
         stale = self.overwritten[indices]
+        if not stale.any():
+            return None
         self.collisions += int(np.count_nonzero(stale))
         return ~stale
 

@@ -46,11 +46,12 @@ class Updates:
         rollouts, state.pending = divmod(state.pending + n, learner.train_freq)
         return rollouts * learner.gradient_steps if state.step > learner.learning_starts else 0
 
-    def step(self, after_sample: Callable[[Batch], Callable[[np.ndarray], np.ndarray]]
+    def step(self, after_sample: Callable[[Batch], Callable[[np.ndarray], np.ndarray | None]]
              | None = None) -> dict[str, torch.Tensor]:
         """One update; returns the learner's metrics. `after_sample(batch)` (PEARL's loop)
         runs once the batch is sampled, before the learner trains on it, and returns the mask
-        of the rows whose priority update may still go in (their slots not overwritten since)."""
+        of the rows whose priority update may still go in (their slots not overwritten since;
+        None: all of them)."""
         learner, replay, timer = self.learner, self.replay, self.timer
         with timer("sample"):
             batch = replay.sample(self.rows)
@@ -60,11 +61,10 @@ class Updates:
         if batch.weights is not None:  # prioritized: new priorities
             with timer("priority_update"):
                 indices, td_errors = batch.indices, metrics.pop("td_errors")
-                if keep is not None:  # collision check: drop the stale rows' updates
-                    mask = keep(indices)
-                    if not mask.all():  # most batches have no stale row
-                        indices = indices[mask]
-                        td_errors = td_errors[torch.as_tensor(mask, device=td_errors.device)]
+                # collision check: drop the stale rows' updates (most batches have none)
+                if keep is not None and (mask := keep(indices)) is not None:
+                    indices = indices[mask]
+                    td_errors = td_errors[torch.as_tensor(mask, device=td_errors.device)]
                 replay.update_priorities(indices, td_errors)
         self.state.updates += 1
         return metrics
