@@ -23,42 +23,61 @@ class DoubleBuffer:
         self.buffers = torch.zeros(2, n).share_memory_()
         self.tags = torch.full((2,), -1, dtype=torch.int64).share_memory_()
         self.latest = torch.full((1,), -1, dtype=torch.int64).share_memory_()
+        self._views: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def __getstate__(self) -> dict:
+        """The shared tensors go to another process (torch's reductions share them); numpy's
+        views of them would go as copies, so each process makes its own."""
+        return {**self.__dict__, "_views": None}
+
+    def views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(buffers, tags, latest) as numpy views of the shared memory: a store or load
+        through one costs a tenth of a torch indexing call (a PEARL publication took 14 µs
+        in torch's, 1 µs in numpy's)."""
+        if self._views is None:
+            self._views = (self.buffers.numpy(), self.tags.numpy(), self.latest.numpy())
+        return self._views
 
     def write(self, version: int, flat: torch.Tensor, during=None) -> None:
         """Publish `flat` as `version` (`during(slot)`: a test's hook mid-write)."""
+        buffers, tags, latest = self.views()
+        values = flat.numpy()
         slot = version % 2
-        self.tags[slot] = -1
-        half = len(flat) // 2
-        self.buffers[slot, :half] = flat[:half]
+        tags[slot] = -1
+        half = len(values) // 2
+        buffers[slot, :half] = values[:half]
         if during is not None:
             during(slot)
-        self.buffers[slot, half:] = flat[half:]
-        self.tags[slot] = version
-        self.latest[0] = slot
+        buffers[slot, half:] = values[half:]
+        tags[slot] = version
+        latest[0] = slot
 
     def newest(self) -> int:
         """The newest version published (−1: none yet, or its buffer is being written): a
         tag read, for a reader to check before it copies."""
-        slot = self.latest.tolist()[0]  # tolist: a fifth of int(tensor[0])'s time
-        return -1 if slot < 0 else self.tags.tolist()[slot]
+        _, tags, latest = self.views()
+        slot = int(latest[0])
+        return -1 if slot < 0 else int(tags[slot])
 
     def read(self, tries: int = 1000) -> tuple[int, torch.Tensor] | None:
         """(version, weights) of a complete version, or None if none is published yet."""
+        buffers, tags, latest = self.views()
         for _ in range(tries):
-            slot = int(self.latest[0])
+            slot = int(latest[0])
             if slot < 0:
                 return None
-            before = int(self.tags[slot])
+            before = int(tags[slot])
             if before < 0:
                 continue
-            copy = self.buffers[slot].clone()
-            if int(self.tags[slot]) == before:
-                return before, copy
+            copy = buffers[slot].copy()
+            if int(tags[slot]) == before:
+                return before, torch.from_numpy(copy)
         return None
 
 
 def flatten(module: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1).float().cpu() for p in module.state_dict().values()])
+    """The module's state (detached, as state_dict gives it) as one float32 CPU vector."""
+    return torch.cat([t.reshape(-1) for t in module.state_dict().values()]).float().cpu()
 
 
 def unflatten_into(module: torch.nn.Module, flat: torch.Tensor) -> None:

@@ -49,7 +49,8 @@ class PrioritizedReplay(UniformReplay):
 
     def sample(self, n: int) -> Batch:
         idx, weights = self.sampler.sample(n, self.size)
-        return self._batch(idx, indices=idx, weights=torch.from_numpy(weights).to(self.device))
+        (weights,) = self.tensors([weights])
+        return self._batch(idx, indices=idx, weights=weights)
 
     def update_priorities(self, indices: np.ndarray, td_errors: torch.Tensor) -> None:
         self.sampler.update(indices, td_errors.float().numpy(force=True))  # detached, on the CPU

@@ -37,9 +37,9 @@ class CollisionCheck:
 
     def keep(self, indices: np.ndarray) -> np.ndarray | None:
         stale = self.overwritten[indices]
-        if not stale.any():
+        if not (collisions := np.count_nonzero(stale)):  # not stale.any(): a Python wrapper
             return None
-        self.collisions += int(np.count_nonzero(stale))
+        self.collisions += int(collisions)
         return ~stale
 
 
