@@ -43,8 +43,8 @@ from common import ROOT, build_job, host_line, parse_args, table, write_results
 import hetrl
 from hetrl.algos.base import Learner
 from hetrl.build import Components
-from hetrl.compiled.choose import (compiler, job_batch, last_compile, time_turns,
-                                   time_updates)
+from hetrl.compiled.choose import (job_batch, last_compile, time_turns, time_updates,
+                                   update_compiler)
 from hetrl.compiled.step import GraphStep, unsupported
 from hetrl.compiled.toolchain import cache_dir
 
@@ -148,7 +148,7 @@ def _built(overrides: tuple[str, ...] | list[str]) -> Components:
 
 def _compile(learner: Learner, batch: object, context: Callable) -> float:
     """Seconds to the first compiled update of `learner` (installed on it)."""
-    learner.compiled_step = GraphStep(learner, compiler(learner.device))
+    learner.compiled_step = GraphStep(learner, update_compiler(learner))
     start = time.perf_counter()
     with context():
         learner.compiled_step(batch)

@@ -14,11 +14,11 @@ from contextlib import nullcontext
 import numpy as np
 import pytest
 import torch
-from helpers import build_job, loss_scaling
+from helpers import build_job, loss_scaling, tiny_go5
 
 from hetrl.algos.base import Batch, Learner
 from hetrl.compiled import toolchain
-from hetrl.compiled.choose import choose_update, compiler, job_batch
+from hetrl.compiled.choose import choose_update, compiler, job_batch, update_compiler
 from hetrl.compiled.scaling import GraphScaler
 from hetrl.compiled.step import GraphStep
 from hetrl.config.errors import ConfigError
@@ -269,6 +269,17 @@ def test_a_bad_compile_value_names_the_valid_ones():
         validate(cfg, choices)
 
 
+def test_an_update_calls_its_kernels_from_cpp_unless_its_networks_convolve(monkeypatch):
+    """The C++ wrapper where it measured faster (the MLPs), Python's for convolutions."""
+    from hetrl.compiled import choose
+
+    asked = []
+    monkeypatch.setattr(choose, "compiler", lambda device, cpp_wrapper: asked.append(cpp_wrapper))
+    update_compiler(_learner("dqn")[0])
+    update_compiler(tiny_go5()[1])
+    assert asked == [True, False]
+
+
 @pytest.mark.slow
 def test_inductor_builds_the_update_once_per_machine():
     """Real kernels, in the user's cache (as a job keeps them): a second learner of the same
@@ -322,7 +333,7 @@ def test_on_cuda_the_compiled_update_runs_as_a_cuda_graph():
     learner, batches = c.learner, _batches(c.learner, c.spaces)
     assert learner.device.type == "cuda"
     eager = copy.deepcopy(learner)
-    learner.compiled_step = GraphStep(learner, compiler(learner.device))
+    learner.compiled_step = GraphStep(learner, update_compiler(learner))
     _train(eager, batches, 20)
     _train(learner, batches, 20)
     torch.cuda.synchronize()
