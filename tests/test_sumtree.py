@@ -159,6 +159,8 @@ def test_a_tree_of_one_slot_and_an_empty_batch():
         assert tree.depth == 0 and tree.leaves == 1
         tree.set(np.array([0]), np.array([2.5]))
         tree.set(np.array([], np.int64), np.array([]))
+        assert tree.set_priorities(np.array([], np.int64), np.array([], np.float32), 0.1, 0.6,
+                                   np.zeros(1)) == 0.0
         assert tree.total == 2.5 and tree.find(np.array([1.0])).tolist() == [0]
     with pytest.raises(ValueError):
         SumTree(8, 1)

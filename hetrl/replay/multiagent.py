@@ -24,6 +24,7 @@ import torch
 
 from hetrl.algos.base import Batch
 from hetrl.config.enums import Agents
+from hetrl.replay.base import as_tensors
 from hetrl.replay.samplers import UniformSampler
 
 INITIAL_ROWS = 4096
@@ -93,10 +94,11 @@ class MultiAgentReplay:
 
     def sample(self, n: int) -> Batch:
         idx, weights = self.sampler.sample(n, self.size)
-        columns = [torch.from_numpy(c).to(self.device) for c in self.gather(idx)]
+        columns = as_tensors(self.gather(idx), self.device)
         if weights is None:
             return Batch(*columns)
-        return Batch(*columns, indices=idx, weights=torch.from_numpy(weights).to(self.device))
+        (weights,) = as_tensors([weights], self.device)
+        return Batch(*columns, indices=idx, weights=weights)
 
     def update_priorities(self, idx: np.ndarray, td_errors: torch.Tensor) -> None:
         self.sampler.update(idx, td_errors.float().cpu().numpy())

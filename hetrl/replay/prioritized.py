@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from hetrl.algos.base import Batch
+from hetrl.replay.base import as_tensors
 from hetrl.replay.samplers import PrioritizedSampler
 from hetrl.replay.sumtree import SumTree
 from hetrl.replay.uniform import UniformReplay
@@ -49,7 +50,7 @@ class PrioritizedReplay(UniformReplay):
 
     def sample(self, n: int) -> Batch:
         idx, weights = self.sampler.sample(n, self.size)
-        (weights,) = self.tensors([weights])
+        (weights,) = as_tensors([weights], self.device)
         return self._batch(idx, indices=idx, weights=weights)
 
     def update_priorities(self, indices: np.ndarray, td_errors: torch.Tensor) -> None:

@@ -107,8 +107,7 @@ class PrioritizedSampler(UniformSampler):
         self._set(slots, np.full(len(slots), self.max_priority))
 
     def update(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
-        if not len(slots):  # PEARL's collision check dropped every row (insertion wrapped)
-            return
+        # none where PEARL's collision check dropped every row (the insertion wrapped)
         top = self.tree.set_priorities(slots, td_errors, self.eps, self.alpha, self.priority)
         self.max_priority = max(self.max_priority, top)
 

@@ -286,8 +286,10 @@ class SumTree:
         """Prioritized replay's priorities: p = |error| + ε (float64) written to `raw[idx]`
         (the sampler's own record of p), p^α to the leaves `idx` as `set` writes them; the
         largest p. In one compiled call on the numba path (its numpy steps took 20 µs of a
-        PEARL iteration in the loop)."""
+        PEARL iteration in the loop); 0 for no leaves."""
         idx = np.ascontiguousarray(idx, dtype=np.int64)
+        if len(idx) == 0:
+            return 0.0
         if self.compiled:
             return _kernels().priorities(self.tree, self.offset, self.fanout, idx,
                                          np.ascontiguousarray(errors), eps, alpha, raw)

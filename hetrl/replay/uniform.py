@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from hetrl.algos.base import Batch
+from hetrl.replay.base import as_tensors
 from hetrl.replay.nstep import NStepAccumulator
 
 
@@ -115,14 +116,9 @@ class UniformReplay:
     def _batch(self, idx: np.ndarray, **extra: object) -> Batch:
         """The transitions in slots `idx` as a batch on the device (`extra`: the rest of
         `Batch`'s fields, such as a prioritized replay's indices and weights)."""
-        *transition, discounts = self.tensors([column[idx] for column in self._columns()])
+        *transition, discounts = as_tensors([column[idx] for column in self._columns()],
+                                            self.device)
         return Batch(*transition, discounts=discounts, **extra)
-
-    def tensors(self, arrays: list[np.ndarray]) -> list[torch.Tensor]:
-        """The arrays as tensors on the replay's device; on the CPU, torch's views of them
-        (no `.to` call: a quarter of a small batch's time, 10.3 -> 7.6 µs)."""
-        tensors = [torch.from_numpy(array) for array in arrays]
-        return tensors if self.device.type == "cpu" else [t.to(self.device) for t in tensors]
 
     def update_priorities(self, indices: np.ndarray, td_errors: torch.Tensor) -> None:
         """Uniform sampling keeps no priorities (its batches carry no weights)."""
