@@ -30,6 +30,7 @@ from torch import nn
 from hetrl.algos.base import Learner
 from hetrl.algos.rule import Metrics, Stage
 from hetrl.algos.mcts import SearchConfig
+from hetrl.algos.networks import channels_last
 from hetrl.config.enums import ActionSpace, Agents
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.steps import policy_value_step_graph
@@ -67,6 +68,7 @@ class PolicyValueNet(nn.Module):
                                         nn.ReLU())
         self.value_fc = nn.Sequential(nn.Linear(n2, width), nn.ReLU(), nn.Linear(width, 1),
                                       nn.Tanh())
+        channels_last(self)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.trunk(self.stem(x))
