@@ -17,7 +17,6 @@ off or grown, on the learner's GradScaler's own state)."""
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any, Callable
 
 import torch
@@ -42,13 +41,6 @@ class _Call(nn.Module):
 
     def forward(self, fn: Callable, *args: Any) -> Any:
         return fn(*args)
-
-
-class _NoTimer:
-    """The learner's phase timer inside the graph: there the update is one phase."""
-
-    def __call__(self, name: str) -> nullcontext:
-        return nullcontext()
 
 
 def unsupported(learner: Learner) -> str | None:
@@ -100,14 +92,10 @@ class GraphStep:
             self.count.fill_(learner.updates)
         self.expected = learner.updates + 1
         ran = [stage for stage, run in zip(stages, runs) if run]
-        timer, learner.timer = learner.timer, _NoTimer()
-        try:
-            metrics, skipped, _ = fn(self.values, [self._state(s) for s in ran],
-                                     [self._lr(s) for s in ran], self.count,
-                                     self.scaling.state() if self.scaling else [],
-                                     _without_indices(batch))
-        finally:
-            learner.timer = timer
+        metrics, skipped, _ = fn(self.values, [self._state(s) for s in ran],
+                                 [self._lr(s) for s in ran], self.count,
+                                 self.scaling.state() if self.scaling else [],
+                                 _without_indices(batch))
         if skipped is not None:  # float16's overflowing steps, counted as eager counts them
             learner.skipped_steps += int(skipped)
         for stage, run in zip(stages, runs):  # as eager: a skipping stage's metrics carried
