@@ -1,7 +1,12 @@
 """The compiled update against the eager one (issue 38): per workload, one update of the job's
 learner on a batch of its shapes, eager PyTorch (autograd and torch.optim, `compile=false`)
 and compiled as one graph (`hetrl.compiled`, what `compile=true` trains with), timed in turns
-in one process (the median of `--repeats` updates each); then what compiling it took here
+in one process (the median of `--repeats` updates each), and the compiled update alone (one
+update after another, as the issue's 80 µs goal reads: in turns each update starts on caches
+the other left cold; measured here for PEARL's 4-64-2, 73 µs alone, 135 µs after an 8 MB
+copy, 120 µs after a 100 µs sleep), with its rate of floating-point work (torch's FLOP
+counter's GFLOP an update, over the compiled time in turns: a compute-bound update nears
+this core's peak, ~95 GFLOP/s fp32 on its GEMMs); then what compiling it took here
 (first compile: cold where this machine had never compiled the update, else from the
 persistent cache) and a cached start (the same update compiled again in a new process, as
 the next job of a sweep starts, from inductor's cache on disk).
@@ -38,13 +43,14 @@ from functools import partial
 
 import jax_reference
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 from common import ROOT, build_job, host_line, parse_args, table, write_results
 
 import hetrl
 from hetrl.algos.base import Learner
 from hetrl.build import Components
 from hetrl.compiled.choose import (job_batch, last_compile, time_turns, time_updates,
-                                   update_compiler)
+                                   unchanged, update_compiler)
 from hetrl.compiled.step import GraphStep, unsupported
 from hetrl.compiled.toolchain import cache_dir
 
@@ -98,9 +104,20 @@ def measure(overrides: tuple[str, ...], repeats: int, compiled: bool, cached: bo
     first_s = _compile(learner, batch, context)
     updates["compiled"] = lambda: learner.compiled_step(batch)
     times = time_updates(updates, learner, context, warmup=5, repeats=repeats)
+    alone = time_updates({"compiled": updates["compiled"]}, learner, context, warmup=5,
+                         repeats=repeats)["compiled"]
     return {"eager_s": times["eager"], "compiled_s": times["compiled"], "compile_s": first_s,
+            "compiled_alone_s": alone, "gflop": update_gflop(learner, batch, context),
             "cache": cache, "cached_start_s": _cached_start(overrides) if cached else None,
             "jax_s": times.get("jax"), **jax, **rows}
+
+
+def update_gflop(learner: Learner, batch: object, context: Callable) -> float:
+    """The floating-point work of one eager update (forward, backward, optimizer), GFLOP as
+    torch's FLOP counter counts it (matrix products and convolutions)."""
+    with unchanged(learner), context(), FlopCounterMode(display=False) as counter:
+        learner.eager_update(batch)
+    return counter.get_total_flops() / 1e9
 
 
 def _jax_reference(learner: Learner, batch: object) -> tuple[Callable, dict]:
@@ -173,13 +190,16 @@ def compile_only(overrides: list[str]) -> None:
 def row(name: str, m: dict) -> list[str]:
     eager, rows = f"{1e6 * m['eager_s']:,.0f}", f"{m['rows']:,}"
     if "compiled_s" not in m:
-        return [name, rows, eager, "—", "—", "—", "—", "—", "—",
+        return [name, rows, eager, "—", "—", "—", "—", "—", "—", "—", "—",
                 f"eager only: {m['why_eager']}"]
     cached = "—" if m["cached_start_s"] is None else f"{m['cached_start_s']:.1f}"
     jax, vs_jax = ("—", "—") if m.get("jax_s") is None else (
         f"{1e6 * m['jax_s']:,.0f}", f"{m['compiled_s'] / m['jax_s']:.2f}x")
+    alone = m.get("compiled_alone_s")  # absent before the column
     return [name, rows, eager, f"{1e6 * m['compiled_s']:,.0f}",
+            "—" if alone is None else f"{1e6 * alone:,.0f}",
             f"{m['eager_s'] / m['compiled_s']:.2f}x", jax, vs_jax,
+            "—" if "gflop" not in m else f"{m['gflop'] / m['compiled_s']:,.1f}",
             f"{m['compile_s']:.1f} ({m['cache']})", cached,
             m.get("why_no_jax") or f"jax.jit's compile {m['jax_compile_s']:.1f} s"]
 
@@ -248,11 +268,12 @@ def main() -> None:
     print(host_line(), f"\ninductor cache: {cache_dir()}")
     with checkout(args.before) if args.before else contextlib.nullcontext() as tree:
         results = measure_all(workloads, args, tree)
-    table(["workload", "rows", "eager µs", "compiled µs", "speedup", "jax.jit µs",
-           "compiled / jax", "first compile s", "cached start s", "note"],
+    table(["workload", "rows", "eager µs", "compiled µs", "compiled alone µs", "speedup",
+           "jax.jit µs", "compiled / jax", "compiled GFLOP/s", "first compile s",
+           "cached start s", "note"],
           [row(name, m) for name, m in results.items()],
           title="One update, eager vs compiled vs jax.jit (median, 1 thread)",
-          align="lrrrrrrrrl")
+          align="lrrrrrrrrrrl")
     if any("mixed" in name for name in workloads):
         bf16_ceiling(args.repeats)
 
