@@ -9,6 +9,10 @@ where CUDA exists."""
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+import sys
 from contextlib import nullcontext
 
 import numpy as np
@@ -299,6 +303,38 @@ def test_inductor_builds_the_update_once_per_machine():
     assert any(toolchain.cache_dir().rglob("*.so"))  # the built kernels, kept
     second = choose_update(again, "true", None, batches[0], nullcontext)
     assert second.compile_s < max(10.0, first.compile_s / 2), (first, second)
+
+
+ISA_PROBE = """
+import json
+from torch._inductor import cpu_vec_isa
+from hetrl.compiled.toolchain import remember_isa_probes
+probes, probe = [], cpu_vec_isa.VecISA._probe_load
+cpu_vec_isa.VecISA._probe_load = lambda isa, path: probes.append(str(isa)) or probe(isa, path)
+remember_isa_probes()
+isa = cpu_vec_isa.pick_vec_isa()
+print(json.dumps({"probes": probes, "isa": str(isa), "flags": isa.build_arch_flags()}))
+"""
+
+
+def test_inductor_probes_the_cpus_vector_isas_once_per_machine(tmp_path):
+    """Inductor's probe of each ISA (a test library loaded in a new process, ~1 s of every
+    process that compiles) runs in the first process; the next ones take the loads that
+    passed, and pick the same ISA with the same flags (AVX-512's bf16 among them)."""
+    if why := toolchain.missing(torch.device("cpu")):
+        pytest.skip(f"inductor cannot build here: {why}")
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+
+    def process() -> dict:
+        out = subprocess.run([sys.executable, "-c", ISA_PROBE], env=env, capture_output=True,
+                             text=True, check=True, timeout=300)
+        return json.loads(out.stdout.splitlines()[-1])
+
+    first, second = process(), process()
+    if not first["probes"]:
+        pytest.skip(f"inductor probes no vector ISA on this CPU (it picked {first['isa']})")
+    assert second == {**first, "probes": []}
 
 
 def test_aot_autograds_cache_keeps_a_graph_with_autocast_regions():

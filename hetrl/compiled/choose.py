@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from functools import partial
@@ -29,7 +28,7 @@ from torch import nn
 
 from hetrl.algos.base import Batch, Learner
 from hetrl.compiled.step import GraphStep, unsupported
-from hetrl.compiled.toolchain import cache_dir, missing
+from hetrl.compiled.toolchain import missing, record, records, remember_isa_probes
 from hetrl.config.errors import ConfigError
 from hetrl.platform.measure import random_batch
 from hetrl.replay.samplers import PrioritizedSampler
@@ -50,7 +49,6 @@ the issue; 82 s against 12 s on a busy 2-core host)."""
 WARM_COMPILE_S = 3.0
 """The least a compile takes, from a warm cache: a budget that cannot save this is eager at
 once, without timing anything beyond a few eager updates."""
-RECORDS = "hetrl-compile-times.json"
 
 
 @dataclass
@@ -112,6 +110,7 @@ def compiler(device: torch.device, cpp_wrapper: bool = False) -> Callable[[Calla
     if device.type == "cuda":
         return lambda fn: torch.compile(fn, fullgraph=True, dynamic=False,
                                         mode="reduce-overhead", isolate_recompiles=True)
+    remember_isa_probes()
     return lambda fn: torch.compile(fn, fullgraph=True, dynamic=False, isolate_recompiles=True,
                                     options=cpu_options(cpp_wrapper))
 
@@ -193,16 +192,16 @@ def unpaid(key: str, calls: int, eager_s: float, compiles: int = 1,
     its budget of `calls` (at the speedup measured last time on this machine, else
     ASSUMED_SPEEDUP) is less than its `compiles` compiles would take (each from the cache
     where this machine compiled it before, else COLD_COMPILE_S)."""
-    record = _records().get(key)
-    ratio = record["ratio"] if record else 1.0 / ASSUMED_SPEEDUP
+    last = records().get(key)
+    ratio = last["ratio"] if last else 1.0 / ASSUMED_SPEEDUP
     saving = calls * eager_s * max(0.0, 1.0 - ratio)
     expected = COLD_COMPILE_S
-    if record:  # the kernels are cached: a compile as quick as the last warm one
-        expected = record["compile_s"] / (1.0 if record.get("warm") else COLD_OVER_WARM)
+    if last:  # the kernels are cached: a compile as quick as the last warm one
+        expected = last["compile_s"] / (1.0 if last.get("warm") else COLD_OVER_WARM)
     expected *= compiles
     if saving >= max(expected, WARM_COMPILE_S):
         return None
-    source = "as last time on this machine" if record else "not compiled on this machine yet"
+    source = "as last time on this machine" if last else "not compiled on this machine yet"
     return _not_worth(calls, eager_s, saving, expected, source, noun)
 
 
@@ -243,7 +242,7 @@ def decided(mode: str, key: str, calls: int | None, times: dict[str, float], com
     and compiled (`times`): compiled where asked (`true`, where it `forced`) or faster; what
     it took is kept for the next job's `unpaid`."""
     eager_s, compiled_s = times["eager"], times["compiled"]
-    _remember(key, compile_s, compiled_s / eager_s, warm=key in _records())
+    _remember(key, compile_s, compiled_s / eager_s, warm=key in records())
     faster, asked = compiled_s < eager_s, mode == "true" and forced
     figures = (f"{'an update' if subject == 'update' else 'a forward'} "
                f"{1e3 * compiled_s:.2f} ms compiled, {1e3 * eager_s:.2f} ms eager, "
@@ -346,22 +345,10 @@ def record_key(name: str, tensors: dict[str, Any], inputs: list[torch.Tensor]) -
 def last_compile(learner: Learner, batch: Any) -> dict | None:
     """What compiling this update took on this machine last time (compile_s, and ratio: the
     compiled over the eager update's time), None where it never compiled it."""
-    return _records().get(_key(learner, batch))
-
-
-def _records() -> dict[str, dict]:
-    try:
-        return json.loads((cache_dir() / RECORDS).read_text())
-    except (OSError, ValueError):
-        return {}
+    return records().get(_key(learner, batch))
 
 
 def _remember(key: str, compile_s: float, ratio: float, warm: bool) -> None:
     """Keep what this compile took (from the cache or not) and the compiled/eager time ratio
     it measured."""
-    records = _records()
-    records[key] = {"compile_s": compile_s, "ratio": ratio, "warm": warm}
-    path = cache_dir() / RECORDS
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(records))
-    tmp.replace(path)
+    record(key, {"compile_s": compile_s, "ratio": ratio, "warm": warm})

@@ -4,20 +4,27 @@ Inductor's CPU backend writes C++ and builds it: it needs a C++ compiler and Pyt
 headers. Its caches (the FX graph cache, AOTAutograd's, the built kernels) live under
 TORCHINDUCTOR_CACHE_DIR; hetrl points it at a directory of the user's cache that outlives
 jobs and reboots, so the second job of a sweep with the same shapes loads its update compiled
-instead of compiling it."""
+instead of compiling it. Beside them, hetrl's records of this machine: what each compile took
+(`hetrl.compiled.choose`), and which of inductor's checks of the CPU's vector ISAs passed
+(`remember_isa_probes`)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from hetrl.paths import user_cache
+from hetrl.platform.host import cpu_name
 
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+RECORDS = "hetrl-compile-times.json"
 
 
 def missing(device: torch.device) -> str | None:
@@ -40,6 +47,51 @@ def missing(device: torch.device) -> str | None:
     if not headers.exists():
         return f"Python's headers ({headers}) are not installed (the python3-dev package)"
     return None
+
+
+def remember_isa_probes() -> None:
+    """Inductor checks each vector ISA the CPU reports (AVX2, AVX-512, its bf16 and VNNI
+    extensions) by building a test library with its flags and loading it in a new Python
+    process, in every process that compiles: six processes, ~1 s of each cached start here
+    (AlphaZero's 5.9 s), and of each actor that compiles its forward. The library is built
+    once into inductor's cache; a load that passed on this CPU passes again, so the loads
+    that passed are kept per machine (the library, its build, the CPU) and a later process
+    takes them instead of loading it again. One that failed is probed again."""
+    from torch._inductor.cpu_vec_isa import VecISA
+
+    probe = VecISA._probe_load
+    if getattr(probe, "remembered", False):
+        return
+
+    def remembered(isa: VecISA, library: str) -> bool:
+        identity = [library, os.stat(library).st_mtime_ns, cpu_name()]
+        key = "isa-probe|" + hashlib.sha1(json.dumps(identity).encode()).hexdigest()[:16]
+        if records().get(key):
+            return True
+        loaded = probe(isa, library)
+        if loaded:
+            record(key, True)
+        return loaded
+
+    remembered.remembered = True  # type: ignore[attr-defined]
+    VecISA._probe_load = remembered  # type: ignore[method-assign]
+
+
+def records() -> dict[str, Any]:
+    """hetrl's records of this machine's compiles, by key (empty where there are none)."""
+    try:
+        return json.loads((cache_dir() / RECORDS).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def record(key: str, value: Any) -> None:
+    """Keep `value` under `key` in the records (written whole, or not at all)."""
+    path = cache_dir() / RECORDS
+    everything = {**records(), key: value}
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(everything))
+    tmp.replace(path)
 
 
 def cache_dir() -> Path:
