@@ -195,11 +195,10 @@ def row(name: str, m: dict) -> list[str]:
     cached = "—" if m["cached_start_s"] is None else f"{m['cached_start_s']:.1f}"
     jax, vs_jax = ("—", "—") if m.get("jax_s") is None else (
         f"{1e6 * m['jax_s']:,.0f}", f"{m['compiled_s'] / m['jax_s']:.2f}x")
-    alone = m.get("compiled_alone_s")  # absent before the column
     return [name, rows, eager, f"{1e6 * m['compiled_s']:,.0f}",
-            "—" if alone is None else f"{1e6 * alone:,.0f}",
+            f"{1e6 * m['compiled_alone_s']:,.0f}",
             f"{m['eager_s'] / m['compiled_s']:.2f}x", jax, vs_jax,
-            "—" if "gflop" not in m else f"{m['gflop'] / m['compiled_s']:,.1f}",
+            f"{m['gflop'] / m['compiled_s']:,.1f}",
             f"{m['compile_s']:.1f} ({m['cache']})", cached,
             m.get("why_no_jax") or f"jax.jit's compile {m['jax_compile_s']:.1f} s"]
 

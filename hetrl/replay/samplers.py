@@ -107,7 +107,7 @@ class PrioritizedSampler(UniformSampler):
         self._set(slots, np.full(len(slots), self.max_priority))
 
     def update(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
-        # none where PEARL's collision check dropped every row (the insertion wrapped)
+        # `slots` may be empty (PEARL's collision check dropped every row): 0 comes back
         top = self.tree.set_priorities(slots, td_errors, self.eps, self.alpha, self.priority)
         self.max_priority = max(self.max_priority, top)
 
