@@ -17,7 +17,7 @@ from hetrl.config.errors import ConfigError
 from hetrl.options import made_option
 from hetrl.precision.uniform import UniformPrecision
 from hetrl.replay.loader import WindowLoader
-from hetrl.replay.uniform import UniformReplay
+from hetrl.replay.uniform import ROW_GATHER_BYTES, UniformReplay
 from hetrl.replay.window import GenerationWindow
 from hetrl.scheduler.state import LoopState
 from hetrl.scheduler.updates import Updates
@@ -26,17 +26,21 @@ OBS = gym.spaces.Box(-10, 10, (3,))
 ONE_STEP = {"n_step": 1, "gamma": 0.99}  # one-step transitions, 0.99 their bootstrap discount
 
 
-def _filled(capacity: int, n: int, act_space=gym.spaces.Discrete(4)) -> UniformReplay:
-    replay = UniformReplay(capacity, OBS, act_space, torch.device("cpu"), **ONE_STEP)
+def _filled(capacity: int, n: int, act_space=gym.spaces.Discrete(4),
+            obs_space: gym.Space = OBS) -> UniformReplay:
+    replay = UniformReplay(capacity, obs_space, act_space, torch.device("cpu"), **ONE_STEP)
     for i in range(n):  # obs carries its insertion number, so rows can be identified
-        obs = np.full((1, 3), i, dtype=np.float32)
+        obs = np.full((1, *obs_space.shape), i, dtype=np.float32)
         replay.add(obs, np.array([i % 4]), np.array([float(i)]), obs + 0.5, np.array([i % 2]))
     return replay
 
 
-def test_sampled_rows_are_stored_transitions():
-    replay = _filled(100, 50)
+@pytest.mark.parametrize("width", [3, 30])  # records sampled whole; column by column
+def test_sampled_rows_are_stored_transitions(width):
+    replay = _filled(100, 50, obs_space=gym.spaces.Box(-10, 10, (width,)))
+    assert (replay.records.itemsize <= ROW_GATHER_BYTES) == (width == 3)
     batch = replay.sample(256)
+    assert all(column.is_contiguous() for column in batch if isinstance(column, torch.Tensor))
     ids = batch.obs[:, 0]
     assert torch.all(ids < 50) and torch.equal(ids, batch.rewards)
     assert torch.equal(batch.next_obs, batch.obs + 0.5)

@@ -18,7 +18,7 @@ class UniformReplay:
     its field); batches come out as torch tensors.
 
     Writes are slice copies (the per-step cost that matters); a sampled batch is one
-    fancy-index per column. Indices are drawn with numpy's global generator, so a seeded
+    gather of its records (`ROW_GATHER_BYTES`) or of each column. Indices are drawn with numpy's global generator, so a seeded
     run samples the same batches and a checkpoint (which saves that generator) resumes them.
 
     With `n_step` > 1 each add goes through an n-step accumulator per `stream` (a source of
@@ -116,8 +116,12 @@ class UniformReplay:
     def _batch(self, idx: np.ndarray, **extra: object) -> Batch:
         """The transitions in slots `idx` as a batch on the device (`extra`: the rest of
         `Batch`'s fields, such as a prioritized replay's indices and weights)."""
-        *transition, discounts = as_tensors([column[idx] for column in self._columns()],
-                                            self.device)
+        if self.records.itemsize <= ROW_GATHER_BYTES:
+            rows = self.records.take(idx)
+            columns = [np.ascontiguousarray(rows[name]) for name in COLUMNS]
+        else:
+            columns = [column[idx] for column in self._columns()]
+        *transition, discounts = as_tensors(columns, self.device)
         return Batch(*transition, discounts=discounts, **extra)
 
     def update_priorities(self, indices: np.ndarray, td_errors: torch.Tensor) -> None:
@@ -140,6 +144,12 @@ class UniformReplay:
 
 
 COLUMNS = ("obs", "actions", "rewards", "next_obs", "terminated", "discounts")
+
+ROW_GATHER_BYTES = 256
+"""Records up to this size are sampled whole (one copy of each row's cache lines), then split
+into columns; larger ones (frames) column by column, so no row is copied twice. Measured on
+256-row batches here (benchmarks/replay_batch.py): 1.4-2.3x faster at 56-216 bytes, and
+0.92x at 536."""
 
 
 def _record(obs_space: gym.Space, act_space: gym.Space) -> np.dtype:
