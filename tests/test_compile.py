@@ -305,36 +305,40 @@ def test_inductor_builds_the_update_once_per_machine():
     assert second.compile_s < max(10.0, first.compile_s / 2), (first, second)
 
 
-ISA_PROBE = """
+FRESH_PROCESS = """
 import json
+import torch
+from torch._dynamo.utils import counters
 from torch._inductor import cpu_vec_isa
-from hetrl.compiled.toolchain import remember_isa_probes
+from hetrl.compiled.choose import compiler
 probes, probe = [], cpu_vec_isa.VecISA._probe_load
 cpu_vec_isa.VecISA._probe_load = lambda isa, path: probes.append(str(isa)) or probe(isa, path)
-remember_isa_probes()
+compiler(torch.device("cpu"))(lambda x: (x * 2).sum())(torch.ones(8))
 isa = cpu_vec_isa.pick_vec_isa()
-print(json.dumps({"probes": probes, "isa": str(isa), "flags": isa.build_arch_flags()}))
+print(json.dumps({"probes": probes, "isa": str(isa), "flags": isa.build_arch_flags(),
+                  "hits": counters["inductor"]["fxgraph_cache_hit"]}))
 """
 
 
-def test_inductor_probes_the_cpus_vector_isas_once_per_machine(tmp_path):
-    """Inductor's probe of each ISA (a test library loaded in a new process, ~1 s of every
-    process that compiles) runs in the first process; the next ones take the loads that
-    passed, and pick the same ISA with the same flags (AVX-512's bf16 among them)."""
+def test_a_second_process_compiles_from_the_first_ones_caches(tmp_path):
+    """As the next job of a sweep: a fresh process finds the first one's graph in hetrl's
+    cache (the user's, set before its first lookup), and takes the first one's probes of the
+    CPU's vector ISAs (a test library loaded in a new process, ~1 s of every process that
+    compiles) instead of probing again, picking the same ISA with the same flags (AVX-512's
+    bf16 among them)."""
     if why := toolchain.missing(torch.device("cpu")):
         pytest.skip(f"inductor cannot build here: {why}")
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     env["XDG_CACHE_HOME"] = str(tmp_path)
 
     def process() -> dict:
-        out = subprocess.run([sys.executable, "-c", ISA_PROBE], env=env, capture_output=True,
-                             text=True, check=True, timeout=300)
+        out = subprocess.run([sys.executable, "-c", FRESH_PROCESS], env=env,
+                             capture_output=True, text=True, check=True, timeout=300)
         return json.loads(out.stdout.splitlines()[-1])
 
     first, second = process(), process()
-    if not first["probes"]:
-        pytest.skip(f"inductor probes no vector ISA on this CPU (it picked {first['isa']})")
-    assert second == {**first, "probes": []}
+    assert first["hits"] == 0 and any((tmp_path / "hetrl" / "inductor").rglob("*.so"))
+    assert second == {**first, "probes": [], "hits": 1}
 
 
 def test_aot_autograds_cache_keeps_a_graph_with_autocast_regions():

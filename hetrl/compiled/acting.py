@@ -27,7 +27,7 @@ from torch import nn
 
 from hetrl.compiled.choose import (UpdateChoice, decided, record_key, time_turns, too_small,
                                    unpaid)
-from hetrl.compiled.toolchain import missing, remember_isa_probes
+from hetrl.compiled.toolchain import missing, use_caches
 from hetrl.quant import QuantSpec, quantize_policy
 
 BACKEND = "inductor"
@@ -38,7 +38,7 @@ NOUN = "actor forwards"
 def compiled_policy(policy: nn.Module) -> nn.Module:
     """`policy` with its forward compiled as one graph of static shapes; its parameters and
     buffers are read at each call, so a pull's in-place load needs no recompile."""
-    remember_isa_probes()
+    use_caches()
     return torch.compile(policy, backend=BACKEND, fullgraph=True, dynamic=False)
 
 

@@ -28,7 +28,7 @@ from torch import nn
 
 from hetrl.algos.base import Batch, Learner
 from hetrl.compiled.step import GraphStep, unsupported
-from hetrl.compiled.toolchain import missing, record, records, remember_isa_probes
+from hetrl.compiled.toolchain import missing, record, records, use_caches
 from hetrl.config.errors import ConfigError
 from hetrl.platform.measure import random_batch
 from hetrl.replay.samplers import PrioritizedSampler
@@ -102,6 +102,7 @@ def compiler(device: torch.device, cpp_wrapper: bool = False) -> Callable[[Calla
     what a job never changes while it trains. What does change is the update's form, and
     each form is a function of its own (`GraphStep`); a loss reads no Python state that
     changes between updates (the update count comes in as a tensor)."""
+    use_caches()
     # every form of every learner's update in a process (TD3's two, a benchmark's workloads)
     # is a graph of one function: past dynamo's default of 8
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
@@ -110,7 +111,6 @@ def compiler(device: torch.device, cpp_wrapper: bool = False) -> Callable[[Calla
     if device.type == "cuda":
         return lambda fn: torch.compile(fn, fullgraph=True, dynamic=False,
                                         mode="reduce-overhead", isolate_recompiles=True)
-    remember_isa_probes()
     return lambda fn: torch.compile(fn, fullgraph=True, dynamic=False, isolate_recompiles=True,
                                     options=cpu_options(cpp_wrapper))
 

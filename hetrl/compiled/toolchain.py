@@ -49,6 +49,15 @@ def missing(device: torch.device) -> str | None:
     return None
 
 
+def use_caches() -> None:
+    """Point inductor at hetrl's caches (`cache_dir`) and ISA records (`remember_isa_probes`),
+    before a process compiles: its first lookup must find what earlier jobs compiled (set
+    only later, by the first record read mid-compile, the lookup went to inductor's temporary
+    default and the kernels to hetrl's cache, so no later job found them)."""
+    cache_dir()
+    remember_isa_probes()
+
+
 def remember_isa_probes() -> None:
     """Inductor checks each vector ISA the CPU reports (AVX2, AVX-512, its bf16 and VNNI
     extensions) by building a test library with its flags and loading it in a new Python
