@@ -13,7 +13,9 @@ from typing import Hashable, Sequence
 
 import torch
 from torch import nn
-from torch.func import functional_call, vmap
+from torch.func import vmap
+
+from hetrl.algos.placement import held, parameters, place, slots, submodules
 
 
 class Ensemble:
@@ -22,19 +24,24 @@ class Ensemble:
 
     def __init__(self, template: nn.Module) -> None:
         self.template = copy.deepcopy(template).to("meta")
+        self.slots = slots(self.template, buffers=False)
+        self.own = held(self.slots)
 
     def __call__(self, networks: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
         """Network k on `x[k]`: (G, ...) inputs for G networks, stacked outputs. Networks
         with forward hooks or parametrizations (QAT's fake quantization, which observes and
         rewrites their weights) run one by one, as their hooks need."""
-        if any(hooked(m) for net in networks for m in net.modules()):
+        if any(hooked(m) for net in networks for m in submodules(net)):
             return torch.stack([net(x[k]) for k, net in enumerate(networks)])
-        named = [dict(net.named_parameters()) for net in networks]
-        stacked = {name: torch.stack([params[name] for params in named]) for name in named[0]}
+        stacked = [torch.stack(layer) for layer in zip(*(parameters(net) for net in networks))]
         return vmap(self._one)(stacked, x)
 
-    def _one(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.template, params, (x,))
+    def _one(self, params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        place(self.slots, params)
+        try:
+            return self.template(x)
+        finally:
+            place(self.slots, self.own)
 
 
 def hooked(module: nn.Module) -> bool:

@@ -1,6 +1,6 @@
 """A learner's declared update (`hetrl.algos.rule`) as one function of tensors: each stage's
-loss and its gradient (`torch.func.grad_and_value` of the learner called through
-`torch.func.functional_call`), its gradient clipped, its optimizer's arithmetic
+loss and its gradient (`torch.func.grad_and_value` of the loss, run on tensors of its choosing
+placed in the learner's modules, `hetrl.algos.placement`), its gradient clipped, its optimizer's arithmetic
 (`hetrl.compiled.optim`), then the target syncs, every parameter and optimizer state
 written back in place at the end. Compiled by `torch.compile`, the whole
 update is one graph: forward, gradient, optimizer and targets, with no Python in between.
@@ -20,27 +20,15 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
-from torch import nn
-from torch.func import functional_call, grad_and_value
+from torch.func import grad_and_value
 
 from hetrl.algos.base import Learner, Metrics
+from hetrl.algos.placement import held, place, slots
 from hetrl.algos.rule import Stage, TargetSync, clip_groups, due
 from hetrl.compiled.optim import FunctionalOptimizer, Unsupported, clip_grad_norm, functional
 from hetrl.compiled.scaling import GraphScaler, kept
 
 Compiler = Callable[[Callable], Callable]
-
-
-class _Call(nn.Module):
-    """The learner as a module whose forward runs a function of it (a stage's loss), so that
-    `functional_call` runs the loss on tensors of its choosing."""
-
-    def __init__(self, learner: Learner) -> None:
-        super().__init__()
-        self.learner = learner
-
-    def forward(self, fn: Callable, *args: Any) -> Any:
-        return fn(*args)
 
 
 def unsupported(learner: Learner) -> str | None:
@@ -61,7 +49,8 @@ class GraphStep:
 
     def __init__(self, learner: Learner, compiler: Compiler | None) -> None:
         self.learner, self.compiler = learner, compiler
-        self.call = _Call(learner)
+        self.slots = slots(learner)
+        self.own = held(self.slots)  # placed back after each loss
         named = [*learner.named_parameters(), *learner.named_buffers()]
         self.names = [name for name, _ in named]
         self.values = [t.detach() for _, t in named]  # the learner's tensors, aliased
@@ -146,7 +135,8 @@ class GraphStep:
             optimizer = self._optimizer(stage)
             self.rules[id(stage)] = functional(optimizer)
             lr = optimizer.param_groups[0]["lr"]
-            self.lrs[id(stage)] = (lr, torch.tensor(lr, dtype=torch.float64))
+            self.lrs[id(stage)] = (lr, torch.tensor(lr, dtype=torch.float32,
+                                                      device=self.learner.device))
             self.trained[id(stage)] = optimizer.param_groups[0]["params"]
             self.clips[id(stage)] = self._clips(stage)
 
@@ -167,7 +157,7 @@ class GraphStep:
                    posts: list[list[tuple[str, Callable]]],
                    scaling: GraphScaler | None,
                    clips: list[list[list[int]]]) -> Callable:
-        names, call = self.names, self.call
+        names, where, own = self.names, self.slots, self.own
         params = {name for name, _ in self.learner.named_parameters()}
 
         def update(values: list[torch.Tensor], states: list[dict[str, list[torch.Tensor]]],
@@ -185,8 +175,12 @@ class GraphStep:
                             stage: Stage = stage) -> Any:
                     # `rest` an input, not captured: a BatchNorm in training mode updates
                     # its running statistics in place
-                    tensors = {f"learner.{k}": v for k, v in {**rest, **trained}.items()}
-                    loss, out = functional_call(call, tensors, (stage.loss, batch, count))
+                    tensors = {**rest, **trained}
+                    place(where, [tensors[name] for _, _, name in where])
+                    try:
+                        loss, out = stage.loss(batch, count)
+                    finally:
+                        place(where, own)
                     return (loss if scaling is None else loss * scale), out
 
                 trained = {name: live[name] for name in mine}
@@ -200,7 +194,7 @@ class GraphStep:
                     g, scales = _clipped(g, clip, stage.max_grad_norm)
                     coefficients += scales
                 new_params, new_state, computed = rule.step([live[n] for n in mine], g, state,
-                                                            lr.to(g[0].device))
+                                                            lr)
                 coefficients += computed
                 if scaling is not None:  # an overflow skips the step: GradScaler.step's rule
                     new_state = {k: kept(found, new_state[k], state[k]) for k in rule.keys}
