@@ -135,6 +135,8 @@ class GraphStep:
             optimizer = self._optimizer(stage)
             self.rules[id(stage)] = functional(optimizer)
             lr = optimizer.param_groups[0]["lr"]
+            # float32: dynamo traced a float64 scalar as a symbolic float, which inductor
+            # could not keep in AlphaZero's graph: the trace restarted with the rate a constant
             self.lrs[id(stage)] = (lr, torch.tensor(lr, dtype=torch.float32,
                                                       device=self.learner.device))
             self.trained[id(stage)] = optimizer.param_groups[0]["params"]
