@@ -35,4 +35,4 @@ def test_placed_tensors_run_the_module_as_functional_call_does():
 def test_the_plain_walks_list_what_modules_and_parameters_list():
     net = nn.Sequential(nn.Linear(2, 4), nn.Sequential(nn.ReLU(), nn.Linear(4, 1, bias=False)))
     assert submodules(net) == list(net.modules())
-    assert all(a is b for a, b in zip(parameters(net), net.parameters(), strict=True))
+    assert all(a is b for a, b in zip(parameters(submodules(net)), net.parameters(), strict=True))

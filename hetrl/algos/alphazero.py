@@ -31,7 +31,7 @@ from hetrl.algos.base import Learner
 from hetrl.algos.rule import Metrics, Stage
 from hetrl.algos.mcts import SearchConfig
 from hetrl.algos.networks import channels_last
-from hetrl.algos.placement import parameters
+from hetrl.algos.placement import parameters, submodules
 from hetrl.config.enums import ActionSpace, Agents
 from hetrl.partition.graph import TaskGraph
 from hetrl.partition.steps import policy_value_step_graph
@@ -213,7 +213,7 @@ class AlphaZero(Learner):
         pi, z = pi.to(self.device), z.to(self.device)
         policy_loss = -(pi * F.log_softmax(logits, dim=1)).sum(dim=1).mean()
         value_loss = F.mse_loss(value, z)
-        l2 = sum((p * p).sum() for p in parameters(self.net) if p.dim() > 1) / 2
+        l2 = sum((p * p).sum() for p in parameters(submodules(self.net)) if p.dim() > 1) / 2
         loss = policy_loss + self.value_weight * value_loss + self.l2 * l2
         return loss, {"loss": loss.detach(), "policy_loss": policy_loss.detach(),
                       "value_loss": value_loss.detach(), "l2": l2.detach()}

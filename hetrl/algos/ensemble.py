@@ -31,12 +31,13 @@ class Ensemble:
         """Network k on `x[k]`: (G, ...) inputs for G networks, stacked outputs. Networks
         with forward hooks or parametrizations (QAT's fake quantization, which observes and
         rewrites their weights) run one by one, as their hooks need."""
-        if any(hooked(m) for net in networks for m in submodules(net)):
+        walks = [submodules(net) for net in networks]
+        if any(hooked(m) for walk in walks for m in walk):
             return torch.stack([net(x[k]) for k, net in enumerate(networks)])
-        stacked = [torch.stack(layer) for layer in zip(*(parameters(net) for net in networks))]
-        return vmap(self._one)(stacked, x)
+        stacked = [torch.stack(layer) for layer in zip(*(parameters(walk) for walk in walks))]
+        return vmap(self._one)(x, *stacked)  # flat: vmap's pytree walks are traced too
 
-    def _one(self, params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    def _one(self, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
         place(self.slots, params)
         try:
             return self.template(x)

@@ -43,11 +43,14 @@ def submodules(module: nn.Module) -> list[nn.Module]:
     """The module and every submodule, in `modules()` order: a plain walk, which dynamo
     traces in a fraction of `modules()`' bytecodes (no names, no memo of modules seen; a
     module held twice is listed twice)."""
-    return [module, *(m for child in module._modules.values() if child is not None
-                      for m in submodules(child))]
+    found = [module]
+    for child in module._modules.values():
+        if child is not None:
+            found += submodules(child)
+    return found
 
 
-def parameters(module: nn.Module) -> list[torch.Tensor]:
-    """The module's parameters as they are now (placed ones included), in `parameters()` order
-    (a tied one listed where it sits)."""
-    return [p for m in submodules(module) for p in m._parameters.values() if p is not None]
+def parameters(modules: list[nn.Module]) -> list[torch.Tensor]:
+    """The parameters of `modules` (a module's `submodules`) as they are now (placed ones
+    included), in `parameters()` order (a tied one listed where it sits)."""
+    return [p for m in modules for p in m._parameters.values() if p is not None]

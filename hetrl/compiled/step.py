@@ -161,6 +161,7 @@ class GraphStep:
                    clips: list[list[list[int]]]) -> Callable:
         names, where, own = self.names, self.slots, self.own
         params = {name for name, _ in self.learner.named_parameters()}
+        pairs = [_synced(names, params, sync) for sync in syncs]
 
         def update(values: list[torch.Tensor], states: list[dict[str, list[torch.Tensor]]],
                    lrs: list[torch.Tensor], count: torch.Tensor, scaler: list[torch.Tensor],
@@ -206,8 +207,8 @@ class GraphStep:
                 for key in rule.keys:
                     writes += zip(state[key], new_state[key])
                 metrics.update(out)
-            for sync in syncs:
-                _sync(live, params, sync, count)
+            for sync, synced in zip(syncs, pairs):
+                _sync(live, synced, sync, count)
             if scaling is not None:
                 writes += zip(scaler, (scale, tracker))
             with torch.no_grad():
@@ -252,16 +253,22 @@ def _chosen(runs: torch.Tensor | None, new: torch.Tensor, old: torch.Tensor) -> 
     return new if runs is None else torch.where(runs, new, old)
 
 
-def _sync(live: dict[str, torch.Tensor], params: set[str], sync: TargetSync,
-          count: torch.Tensor) -> None:
-    """The target sync on the live tensors: a copy of the online network's parameters and
-    buffers at tau=1, else Polyak averaging of its parameters."""
-    runs = None if sync.when is None else sync.when(count)
+def _synced(names: list[str], params: set[str], sync: TargetSync) -> list[tuple[str, str]]:
+    """The (target, online) names a target sync writes: every parameter and buffer of the
+    target at tau=1, else its parameters (Polyak averaging). Found where the update function
+    is made: in it, a walk over every name for every sync is bytecode dynamo traces."""
     prefix = f"{sync.target}."
-    for name in [n for n in live if n.startswith(prefix)]:
-        if sync.tau != 1.0 and name not in params:
-            continue
-        target, online = live[name], live[f"{sync.online}.{name[len(prefix):]}"]
+    return [(name, f"{sync.online}.{name[len(prefix):]}") for name in names
+            if name.startswith(prefix) and (sync.tau == 1.0 or name in params)]
+
+
+def _sync(live: dict[str, torch.Tensor], synced: list[tuple[str, str]], sync: TargetSync,
+          count: torch.Tensor) -> None:
+    """The target sync on the live tensors: its targets the online tensors, or Polyak averages
+    of them (`_synced`), on the updates it runs on."""
+    runs = None if sync.when is None else sync.when(count)
+    for name, online_name in synced:
+        target, online = live[name], live[online_name]
         new = online if sync.tau == 1.0 else torch.lerp(target, online, sync.tau)
         live[name] = _chosen(runs, new, target)
 
