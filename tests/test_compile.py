@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -339,6 +340,25 @@ def test_a_second_process_compiles_from_the_first_ones_caches(tmp_path):
     first, second = process(), process()
     assert first["hits"] == 0 and any((tmp_path / "hetrl" / "inductor").rglob("*.so"))
     assert second == {**first, "probes": [], "hits": 1}
+
+
+def _records(first: int) -> None:
+    for i in range(first, first + 100):
+        toolchain.record(f"key {i}", i)
+
+
+def test_jobs_that_record_at_once_each_keep_their_records(tmp_path, monkeypatch):
+    """The records are read, changed and written whole: four jobs recording at the same time
+    (as a sweep's jobs do) keep all 400, one at a time."""
+    monkeypatch.setenv(toolchain.CACHE_ENV, str(tmp_path))
+    jobs = [multiprocessing.get_context("fork").Process(target=_records, args=(100 * k,))
+            for k in range(4)]
+    for job in jobs:
+        job.start()
+    for job in jobs:
+        job.join(timeout=60)
+    assert [job.exitcode for job in jobs] == [0] * 4
+    assert toolchain.records() == {f"key {i}": i for i in range(400)}
 
 
 def test_aot_autograds_cache_keeps_a_graph_with_autocast_regions():

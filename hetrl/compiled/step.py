@@ -1,8 +1,8 @@
 """A learner's declared update (`hetrl.algos.rule`) as one function of tensors: each stage's
 loss and its gradient (`torch.func.grad_and_value` of the loss, run on tensors of its choosing
-placed in the learner's modules, `hetrl.algos.placement`), its gradient clipped, its optimizer's arithmetic
-(`hetrl.compiled.optim`), then the target syncs, every parameter and optimizer state
-written back in place at the end. Compiled by `torch.compile`, the whole
+placed in the learner's modules: `hetrl.algos.placement`), its gradient clipped, its
+optimizer's arithmetic (`hetrl.compiled.optim`), then the target syncs, every parameter and
+optimizer state written back in place at the end. Compiled by `torch.compile`, the whole
 update is one graph: forward, gradient, optimizer and targets, with no Python in between.
 
 The state is the learner's own (its parameters, its torch optimizers' state tensors), so

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from filelock import FileLock
 
 from hetrl.paths import user_cache
 from hetrl.platform.host import cpu_name
@@ -95,12 +96,14 @@ def records() -> dict[str, Any]:
 
 
 def record(key: str, value: Any) -> None:
-    """Keep `value` under `key` in the records (written whole, or not at all)."""
+    """Keep `value` under `key` in the records (written whole, or not at all), one process
+    at a time: jobs of a sweep that record at once each keep theirs."""
     path = cache_dir() / RECORDS
-    everything = {**records(), key: value}
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(everything))
-    tmp.replace(path)
+    with FileLock(path.with_suffix(".lock")):
+        everything = {**records(), key: value}
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(everything))
+        tmp.replace(path)
 
 
 def cache_dir() -> Path:

@@ -18,8 +18,9 @@ class UniformReplay:
     its field); batches come out as torch tensors.
 
     Writes are slice copies (the per-step cost that matters); a sampled batch is one
-    gather of its records (`ROW_GATHER_BYTES`) or of each column. Indices are drawn with numpy's global generator, so a seeded
-    run samples the same batches and a checkpoint (which saves that generator) resumes them.
+    gather of its records (`ROW_GATHER_BYTES`) or of each column. Indices are drawn with
+    numpy's global generator, so a seeded run samples the same batches and a checkpoint
+    (which saves that generator) resumes them.
 
     With `n_step` > 1 each add goes through an n-step accumulator per `stream` (a source of
     transitions: the loop's envs, or one actor of many), and the stored reward is the
