@@ -19,7 +19,9 @@ and the module's name of the tensor (a tied tensor sits in several slots under o
 
 
 def slots(module: nn.Module, buffers: bool = True) -> list[Slot]:
-    """Every slot of the module's parameters (and buffers), in `named_parameters` order."""
+    """Every slot of the module's parameters (and buffers), module by module in `modules()`
+    order (each module's parameters, then its buffers): the order `parameters(submodules(m))`
+    lists a module's parameters in."""
     named = [*module.named_parameters(), *(module.named_buffers() if buffers else ())]
     names = {id(t): name for name, t in named}
     return [(owner, key, names[id(t)]) for m in module.modules()

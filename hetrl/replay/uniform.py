@@ -149,8 +149,8 @@ COLUMNS = ("obs", "actions", "rewards", "next_obs", "terminated", "discounts")
 ROW_GATHER_BYTES = 256
 """Records up to this size are sampled whole (one copy of each row's cache lines), then split
 into columns; larger ones (frames) column by column, so no row is copied twice. Measured on
-256-row batches here (benchmarks/replay_batch.py): 1.4-2.3x faster at 56-216 bytes, and
-0.92x at 536."""
+256-row batches here (benchmarks/replay_batch.py, its recorded run): 1.32-1.93x faster at
+56-216 bytes; gathered whole, 536-byte records ran 0.92x (an earlier run)."""
 
 
 def _record(obs_space: gym.Space, act_space: gym.Space) -> np.dtype:
