@@ -15,7 +15,7 @@ from helpers import (NOT_MEASURED, compose_job, hetrl_cli, metric_history, mlflo
 from mlflow.tracking import MlflowClient
 
 from hetrl.algos.base import Batch
-from hetrl.algos.ensemble import Ensemble, by_shape
+from hetrl.algos.ensemble import by_shape, ensemble
 from hetrl.algos.maddpg import MADDPG
 from hetrl.algos.matd3 import MATD3
 from hetrl.compiled.step import GraphStep
@@ -152,9 +152,15 @@ def test_ensemble_runs_each_network_on_its_own_input_and_trains_it():
     nets = [torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
             for _ in range(3)]
     x = torch.randn(3, 5, 4)
-    out = Ensemble(nets[0])(nets, x)
+    out = ensemble(nets, x)
     assert torch.allclose(out, torch.stack([net(x[k]) for k, net in enumerate(nets)]),
                           atol=1e-6)
+    rows = torch.randn(3, 2, 5, 4)  # any dimensions between the networks' and the features
+    assert torch.allclose(ensemble(nets, rows),
+                          torch.stack([net(rows[k]) for k, net in enumerate(nets)]), atol=1e-6)
+    normed = [torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8)) for _ in range(3)]
+    with pytest.raises(TypeError, match="not LayerNorm"):
+        ensemble(normed, x)  # its weights would be the first network's for all
     out.pow(2).sum().backward()
     for k, net in enumerate(nets):
         grads = torch.autograd.grad(net(x[k]).pow(2).sum(), list(net.parameters()))

@@ -6,7 +6,7 @@ One update trains every agent's trainer, each on its own mini-batch of `batch_si
 the sync scheduler samples them as one batch of n_agents × batch_size rows (the paper's
 O(N²·B) sampling, timed as `sample`), and the update reads trainer i's from rows
 [i·B, (i+1)·B). The trainers are trained together, not one after another (openai/maddpg's
-loop): the critics, all of one shape, as one vmapped call (`hetrl.algos.ensemble`), the
+loop): the critics, all of one shape, as one call (`hetrl.algos.ensemble`), the
 actors in one call per group of equal observation and action sizes (simple_tag's
 adversaries, its good agents), so each trainer reads the others' networks as they were
 before the update. The update times its own phases: `target_q`, `q_loss`, `p_loss`,
@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hetrl.algos.base import Batch, OffPolicyLearner, weighted_mean, with_td_errors
-from hetrl.algos.ensemble import Ensemble, by_shape
+from hetrl.algos.ensemble import by_shape, ensemble
 from hetrl.algos.networks import adam, frozen_copy, mlp
 from hetrl.algos.rule import Metrics, Stage, TargetSync
 from hetrl.config.enums import ActionSpace, Agents
@@ -65,8 +65,6 @@ class MADDPG(OffPolicyLearner):
         self.actor_targets = frozen_copy(self.actors)
         self.critic_targets = frozen_copy(self.critics)
         self.actor_groups = by_shape(list(zip(self.obs_dims, self.n_actions)))
-        self.ensembles = {"critic": Ensemble(self.critics[0]),
-                          **{g[0]: Ensemble(self.actors[g[0]]) for g in self.actor_groups}}
         # one Adam per kind of network: Adam's arithmetic is per parameter, so this is N
         # independent optimizers in one (the gradient norms are clipped per trainer)
         self.actor_optimizer = adam(self.actors.parameters(), self.lr)
@@ -155,7 +153,7 @@ class MADDPG(OffPolicyLearner):
         """The logits of the agents of `group` (of equal sizes), agent k's on `obs[k]`, in
         one call."""
         dim = self.obs_dims[group[0]]
-        return self.ensembles[group[0]]([actors[i] for i in group], obs[..., :dim])
+        return ensemble([actors[i] for i in group], obs[..., :dim])
 
     def _soft_actions(self, actors: nn.ModuleList, obs: torch.Tensor) -> list[torch.Tensor]:
         """Every agent's Gumbel-softmax action from `actors` on every trainer's rows `obs`
@@ -169,7 +167,7 @@ class MADDPG(OffPolicyLearner):
 
     def _q(self, critics: nn.ModuleList, joint: torch.Tensor) -> torch.Tensor:
         """Trainer i's critic of `critics` on its rows of `joint` (N, B, ·), in one call."""
-        return self.ensembles["critic"](list(critics), joint).squeeze(-1)
+        return ensemble(list(critics), joint).squeeze(-1)
 
     def _joint(self, obs: torch.Tensor, actions: list[torch.Tensor]) -> torch.Tensor:
         """The critic's input: every agent's real observation features, then every action."""

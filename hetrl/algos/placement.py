@@ -18,15 +18,15 @@ Slot = tuple[dict[str, torch.Tensor], str, str]
 and the module's name of the tensor (a tied tensor sits in several slots under one name)."""
 
 
-def slots(module: nn.Module, buffers: bool = True) -> list[Slot]:
-    """Every slot of the module's parameters (and buffers), module by module in `modules()`
+def slots(module: nn.Module) -> list[Slot]:
+    """Every slot of the module's parameters and buffers, module by module in `modules()`
     order (each module's parameters, then its buffers): the order `parameters(submodules(m))`
     lists a module's parameters in."""
-    named = [*module.named_parameters(), *(module.named_buffers() if buffers else ())]
+    named = [*module.named_parameters(), *module.named_buffers()]
     names = {id(t): name for name, t in named}
     return [(owner, key, names[id(t)]) for m in module.modules()
-            for owner in (m._parameters, *((m._buffers,) if buffers else ()))
-            for key, t in owner.items() if t is not None]
+            for owner in (m._parameters, m._buffers) for key, t in owner.items()
+            if t is not None]
 
 
 def place(where: list[Slot], tensors: list[torch.Tensor]) -> None:
@@ -34,6 +34,27 @@ def place(where: list[Slot], tensors: list[torch.Tensor]) -> None:
     before)."""
     for (owner, key, _), tensor in zip(where, tensors):
         owner[key] = tensor
+
+
+def aligned(where: list[Slot], names: list[str]) -> tuple[list[Slot], list[tuple[Slot, int]]]:
+    """`where` in the order of `names` (each a tensor's name in the slots): the first slot of
+    each, to `place` tensors listed in that order; and the other slots (a tied tensor's), each
+    with the position of its tensor among `names` (`place_ties`)."""
+    at = {name: k for k, name in enumerate(names)}
+    first: dict[str, Slot] = {}
+    ties: list[tuple[Slot, int]] = []
+    for slot in where:
+        if slot[2] in first:
+            ties.append((slot, at[slot[2]]))
+        else:
+            first[slot[2]] = slot
+    return [first[name] for name in names], ties
+
+
+def place_ties(ties: list[tuple[Slot, int]], tensors: list[torch.Tensor]) -> None:
+    """A tied tensor's other slots hold it too (`aligned`'s ties, of `tensors` in its order)."""
+    for (owner, key, _), k in ties:
+        owner[key] = tensors[k]
 
 
 def held(where: list[Slot]) -> list[torch.Tensor]:

@@ -23,7 +23,7 @@ import torch
 from torch.func import grad_and_value
 
 from hetrl.algos.base import Learner, Metrics
-from hetrl.algos.placement import held, place, slots
+from hetrl.algos.placement import aligned, held, place, place_ties, slots
 from hetrl.algos.rule import Stage, TargetSync, clip_groups, due
 from hetrl.compiled.optim import FunctionalOptimizer, Unsupported, clip_grad_norm, functional
 from hetrl.compiled.scaling import GraphScaler, kept
@@ -50,11 +50,11 @@ class GraphStep:
     def __init__(self, learner: Learner, compiler: Compiler | None) -> None:
         self.learner, self.compiler = learner, compiler
         self.slots = slots(learner)
-        self.own = held(self.slots)  # placed back after each loss
+        self.own = held(self.slots)  # placed back after the losses
         named = [*learner.named_parameters(), *learner.named_buffers()]
         self.names = [name for name, _ in named]
         self.values = [t.detach() for _, t in named]  # the learner's tensors, aliased
-        self.index = {id(t): name for name, t in named}
+        self.index = {id(t): k for k, (_, t) in enumerate(named)}  # positions in `values`
         self.count = torch.zeros((), dtype=torch.int64, device=learner.device)
         self.expected = -1
         self.fns: dict[tuple[tuple[bool, ...], tuple[bool, ...]], Callable] = {}
@@ -155,65 +155,72 @@ class GraphStep:
         return update if self.compiler is None else self.compiler(update)
 
     def _update_fn(self, stages: list[Stage], syncs: list[TargetSync],
-                   owned: list[list[str]], rules: list[FunctionalOptimizer],
-                   posts: list[list[tuple[str, Callable]]],
+                   owned: list[list[int]], rules: list[FunctionalOptimizer],
+                   posts: list[list[tuple[int, Callable]]],
                    scaling: GraphScaler | None,
                    clips: list[list[list[int]]]) -> Callable:
+        """The update on the learner's tensors by position (in `self.names`' order): each
+        lookup by name, each walk over the names, is done here, once, not in the function
+        dynamo traces bytecode by bytecode."""
         names, where, own = self.names, self.slots, self.own
+        at = {name: k for k, name in enumerate(names)}
         params = {name for name, _ in self.learner.named_parameters()}
-        pairs = [_synced(names, params, sync) for sync in syncs]
+        pairs = [[(at[target], at[online]) for target, online in _synced(names, params, sync)]
+                 for sync in syncs]
+        rests = [sorted(set(range(len(names))) - set(mine)) for mine in owned]
+        layouts = [aligned(where, [names[k] for k in [*mine, *rest]])
+                   for mine, rest in zip(owned, rests)]
 
         def update(values: list[torch.Tensor], states: list[dict[str, list[torch.Tensor]]],
                    lrs: list[torch.Tensor], count: torch.Tensor, scaler: list[torch.Tensor],
                    batch: Any) -> tuple[Metrics, torch.Tensor | None, list[torch.Tensor]]:
-            live = dict(zip(names, values))
+            live = list(values)
             metrics: Metrics = {}
             coefficients: list[torch.Tensor] = []  # returned: computed once (optim's note)
             writes: list[tuple[torch.Tensor, torch.Tensor]] = []
             scale, tracker = scaler if scaling is not None else (None, None)
             skipped = None
-            for stage, mine, rule, post, state, lr, clip in zip(stages, owned, rules, posts,
-                                                                states, lrs, clips):
-                def loss_of(trained: dict[str, torch.Tensor], rest: dict[str, torch.Tensor],
-                            stage: Stage = stage) -> Any:
-                    # `rest` an input, not captured: a BatchNorm in training mode updates
-                    # its running statistics in place
-                    tensors = {**rest, **trained}
-                    place(where, [tensors[name] for _, _, name in where])
-                    try:
+            try:
+                for stage, mine, rest, layout, rule, post, state, lr, clip in zip(
+                        stages, owned, rests, layouts, rules, posts, states, lrs, clips):
+                    def loss_of(trained: list[torch.Tensor], others: list[torch.Tensor],
+                                stage: Stage = stage, layout: Any = layout) -> Any:
+                        # `others` an input, not captured: a BatchNorm in training mode
+                        # updates its running statistics in place
+                        tensors = [*trained, *others]
+                        place(layout[0], tensors)
+                        place_ties(layout[1], tensors)
                         loss, out = stage.loss(batch, count)
-                    finally:
-                        place(where, own)
-                    return (loss if scaling is None else loss * scale), out
+                        return (loss if scaling is None else loss * scale), out
 
-                trained = {name: live[name] for name in mine}
-                grads, (_, out) = grad_and_value(loss_of, has_aux=True)(
-                    trained, {k: v for k, v in live.items() if k not in trained})
-                g = [grads[name] for name in mine]
-                found = None
-                if scaling is not None:
-                    g, found = scaling.unscale(g, scale)
-                if stage.max_grad_norm is not None:
-                    g, scales = _clipped(g, clip, stage.max_grad_norm)
-                    coefficients += scales
-                new_params, new_state, computed = rule.step([live[n] for n in mine], g, state,
-                                                            lr)
-                coefficients += computed
-                if scaling is not None:  # an overflow skips the step: GradScaler.step's rule
-                    new_state = {k: kept(found, new_state[k], state[k]) for k in rule.keys}
-                    scale, tracker = scaling.update(scale, tracker, found)
-                    skipped = found.int() if skipped is None else skipped + found.int()
-                live.update(_stepped(live, dict(zip(mine, new_params)), post, found))
-                for key in rule.keys:
-                    writes += zip(state[key], new_state[key])
-                metrics.update(out)
+                    trained = [live[k] for k in mine]
+                    g, (_, out) = grad_and_value(loss_of, has_aux=True)(
+                        trained, [live[k] for k in rest])
+                    found = None
+                    if scaling is not None:
+                        g, found = scaling.unscale(g, scale)
+                    if stage.max_grad_norm is not None:
+                        g, scales = _clipped(g, clip, stage.max_grad_norm)
+                        coefficients += scales
+                    new_params, new_state, computed = rule.step(trained, g, state, lr)
+                    coefficients += computed
+                    if scaling is not None:  # an overflow skips the step: GradScaler's rule
+                        new_state = {k: kept(found, new_state[k], state[k]) for k in rule.keys}
+                        scale, tracker = scaling.update(scale, tracker, found)
+                        skipped = found.int() if skipped is None else skipped + found.int()
+                    _step(live, mine, new_params, post, found)
+                    for key in rule.keys:
+                        writes += zip(state[key], new_state[key])
+                    metrics.update(out)
+            finally:  # the modules' own tensors back, once, after every stage's loss
+                place(where, own)
             for sync, synced in zip(syncs, pairs):
                 _sync(live, synced, sync, count)
             if scaling is not None:
                 writes += zip(scaler, (scale, tracker))
             with torch.no_grad():
-                for value, name in zip(values, names):
-                    value.copy_(live[name])
+                for value, new in zip(values, live):
+                    value.copy_(new)
                 for old, new in writes:
                     old.copy_(new)
                 count.add_(1)
@@ -222,17 +229,20 @@ class GraphStep:
         return update
 
 
-def _stepped(live: dict[str, torch.Tensor], new: dict[str, torch.Tensor],
-             post: list[tuple[str, Callable]], found: torch.Tensor | None
-             ) -> dict[str, torch.Tensor]:
-    """A stage's new values: its optimizer's step hooks' rules applied (to each parameter a
-    hook names, stepped or not: the hook runs after every step), and on an overflow (`found`)
-    the values from before: the step, and its hooks, skipped."""
-    for name, rule in post:
-        new[name] = rule(new.get(name, live[name]))
-    if found is None:
-        return new
-    return dict(zip(new, kept(found, list(new.values()), [live[n] for n in new])))
+def _step(live: list[torch.Tensor], mine: list[int], new: list[torch.Tensor],
+          post: list[tuple[int, Callable]], found: torch.Tensor | None) -> None:
+    """A stage's new values (of the tensors at positions `mine`) into `live`: its optimizer's
+    step hooks' rules applied (to each parameter a hook names, stepped or not: the hook runs
+    after every step), and on an overflow (`found`) the values from before: the step, and its
+    hooks, skipped."""
+    stepped = dict(zip(mine, new))
+    for k, rule in post:
+        stepped[k] = rule(stepped.get(k, live[k]))
+    if found is not None:
+        stepped = dict(zip(stepped, kept(found, list(stepped.values()),
+                                          [live[k] for k in stepped])))
+    for k, value in stepped.items():
+        live[k] = value
 
 
 def _clipped(grads: list[torch.Tensor], groups: list[list[int]],
@@ -262,15 +272,15 @@ def _synced(names: list[str], params: set[str], sync: TargetSync) -> list[tuple[
             if name.startswith(prefix) and (sync.tau == 1.0 or name in params)]
 
 
-def _sync(live: dict[str, torch.Tensor], synced: list[tuple[str, str]], sync: TargetSync,
+def _sync(live: list[torch.Tensor], synced: list[tuple[int, int]], sync: TargetSync,
           count: torch.Tensor) -> None:
     """The target sync on the live tensors: its targets the online tensors, or Polyak averages
-    of them (`_synced`), on the updates it runs on."""
+    of them (`_synced`'s pairs, by position), on the updates it runs on."""
     runs = None if sync.when is None else sync.when(count)
-    for name, online_name in synced:
-        target, online = live[name], live[online_name]
+    for k, online_k in synced:
+        target, online = live[k], live[online_k]
         new = online if sync.tau == 1.0 else torch.lerp(target, online, sync.tau)
-        live[name] = _chosen(runs, new, target)
+        live[k] = _chosen(runs, new, target)
 
 
 def _without_indices(batch: Any) -> Any:
