@@ -5,7 +5,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from hetrl.algos.placement import held, parameters, place, slots, submodules
+from hetrl.algos.placement import (aligned, held, parameters, place, place_ties, slots,
+                                   submodules)
 
 
 def _tied() -> nn.Module:
@@ -36,3 +37,20 @@ def test_the_plain_walks_list_what_modules_and_parameters_list():
     net = nn.Sequential(nn.Linear(2, 4), nn.Sequential(nn.ReLU(), nn.Linear(4, 1, bias=False)))
     assert submodules(net) == list(net.modules())
     assert all(a is b for a, b in zip(parameters(submodules(net)), net.parameters(), strict=True))
+
+
+def test_aligned_slots_take_tensors_in_the_order_of_their_names_ties_included():
+    net, x = _tied(), torch.randn(5, 3)
+    where, own = slots(net), held(slots(net))
+    names = sorted({name for _, _, name in where}, reverse=True)  # any order
+    first, ties = aligned(where, names)
+    assert [name for _, _, name in first] == names and len(ties) == 1
+    tensors = [torch.randn_like(own[0]) if name == "0.weight" else dict(
+        [*net.named_parameters(), *net.named_buffers()])[name].clone() for name in names]
+    expected = functional_call(_tied(), dict(zip(names, tensors)), (x,))
+    place(first, tensors)
+    place_ties(ties, tensors)
+    out = net(x)
+    place(where, own)
+    assert torch.equal(out, expected)
+    assert net[3].weight is net[0].weight

@@ -19,11 +19,13 @@ from torch import nn
 
 def ensemble(networks: Sequence[nn.Sequential], x: torch.Tensor) -> torch.Tensor:
     """Network k on `x[k]`: (G, ..., features) inputs for G networks of one shape (Linear
-    layers and parameter-free ones between them, as `mlp` makes them), stacked outputs.
-    Networks with forward hooks or parametrizations (QAT's fake quantization, which observes
-    and rewrites their weights) run one by one, as their hooks need."""
+    layers and parameter-free ones between them, as `mlp` makes them, and alike in their
+    hooks), stacked outputs. Networks with forward hooks or parametrizations (QAT's fake
+    quantization, which observes and rewrites their weights) run one by one, as their hooks
+    need."""
     layers = [list(net._modules.values()) for net in networks]
-    if any(hooked(m) for net, own in zip(networks, layers) for m in (net, *own)):
+    # the first network's hooks say: a precision (QAT) hooks every network of a learner
+    if any(hooked(m) for m in (networks[0], *layers[0])):
         return torch.stack([net(x[k]) for k, net in enumerate(networks)])
     for same in zip(*layers):
         if isinstance(same[0], nn.Linear):

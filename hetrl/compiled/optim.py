@@ -2,6 +2,8 @@
 RMSprop and momentum SGD, each computing what its `torch.optim` class computes (default
 options: no weight decay, amsgrad, Nesterov or centering), on the state tensors that class
 keeps (`optimizer.state[p]`), so a checkpoint moves between the eager and the compiled update.
+Each is written in foreach calls, as torch's own foreach optimizers are: one call a list of
+tensors, where a comprehension is Python that dynamo traces tensor by tensor.
 
 The step count is a tensor (a Python number would be baked into the graph, and every step
 would compile it again). A step also returns the 0-d coefficients it computes from the count
@@ -87,15 +89,18 @@ class Adam(FunctionalOptimizer):
     def step(self, params: Tensors, grads: Tensors, state: dict[str, Tensors],
              lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors], Tensors]:
         b1, b2 = self.beta1, self.beta2
-        steps = [s + 1 for s in state["step"]]
+        steps = torch._foreach_add(state["step"], 1)
         # the bias corrections in double precision, as torch computes them (on the host)
         t = steps[0].to(params[0].device, torch.float64)
         step_size = (lr / (1 - b1 ** t)).float()
         bias2_sqrt = (1 - b2 ** t).sqrt().float()
-        m = [m.lerp(g, 1 - b1) for m, g in zip(state["exp_avg"], grads)]
-        v = [v * b2 + (1 - b2) * g * g for v, g in zip(state["exp_avg_sq"], grads)]
-        new = [p - step_size * mi / (vi.sqrt() / bias2_sqrt + self.eps)
-               for p, mi, vi in zip(params, m, v)]
+        m = torch._foreach_lerp(state["exp_avg"], grads, 1 - b1)
+        v = torch._foreach_addcmul(torch._foreach_mul(state["exp_avg_sq"], b2), grads, grads,
+                                   value=1 - b2)
+        denom = torch._foreach_add(torch._foreach_div(torch._foreach_sqrt(v), bias2_sqrt),
+                                   self.eps)
+        new = torch._foreach_sub(params, torch._foreach_div(torch._foreach_mul(m, step_size),
+                                                            denom))
         return new, {"step": steps, "exp_avg": m, "exp_avg_sq": v}, [step_size, bias2_sqrt]
 
 
@@ -114,9 +119,11 @@ class RMSprop(FunctionalOptimizer):
     def step(self, params: Tensors, grads: Tensors, state: dict[str, Tensors],
              lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors], Tensors]:
         a = self.alpha
-        sq = [s * a + (1 - a) * g * g for s, g in zip(state["square_avg"], grads)]
-        new = [p - lr * g / (s.sqrt() + self.eps) for p, g, s in zip(params, grads, sq)]
-        return new, {"step": [s + 1 for s in state["step"]], "square_avg": sq}, []
+        sq = torch._foreach_addcmul(torch._foreach_mul(state["square_avg"], a), grads, grads,
+                                    value=1 - a)
+        denom = torch._foreach_add(torch._foreach_sqrt(sq), self.eps)
+        new = torch._foreach_sub(params, torch._foreach_div(torch._foreach_mul(grads, lr), denom))
+        return new, {"step": torch._foreach_add(state["step"], 1), "square_avg": sq}, []
 
 
 class SGD(FunctionalOptimizer):
@@ -135,8 +142,10 @@ class SGD(FunctionalOptimizer):
 
     def step(self, params: Tensors, grads: Tensors, state: dict[str, Tensors],
              lr: torch.Tensor) -> tuple[Tensors, dict[str, Tensors], Tensors]:
-        buf = [b * self.momentum + g for b, g in zip(state["momentum_buffer"], grads)]
-        return [p - lr * b for p, b in zip(params, buf)], {"momentum_buffer": buf}, []
+        buf = torch._foreach_add(torch._foreach_mul(state["momentum_buffer"], self.momentum),
+                                 grads)
+        return (torch._foreach_sub(params, torch._foreach_mul(buf, lr)),
+                {"momentum_buffer": buf}, [])
 
 
 RULES: dict[type, Callable[[torch.optim.Optimizer], FunctionalOptimizer]] = {

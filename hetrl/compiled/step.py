@@ -165,8 +165,8 @@ class GraphStep:
         names, where, own = self.names, self.slots, self.own
         at = {name: k for k, name in enumerate(names)}
         params = {name for name, _ in self.learner.named_parameters()}
-        pairs = [[(at[target], at[online]) for target, online in _synced(names, params, sync)]
-                 for sync in syncs]
+        pairs = [([at[target] for target, _ in synced], [at[online] for _, online in synced])
+                 for synced in (_synced(names, params, sync) for sync in syncs)]
         rests = [sorted(set(range(len(names))) - set(mine)) for mine in owned]
         layouts = [aligned(where, [names[k] for k in [*mine, *rest]])
                    for mine, rest in zip(owned, rests)]
@@ -214,8 +214,8 @@ class GraphStep:
                     metrics.update(out)
             finally:  # the modules' own tensors back, once, after every stage's loss
                 place(where, own)
-            for sync, synced in zip(syncs, pairs):
-                _sync(live, synced, sync, count)
+            for sync, (targets, onlines) in zip(syncs, pairs):
+                _sync(live, targets, onlines, sync, count)
             if scaling is not None:
                 writes += zip(scaler, (scale, tracker))
             with torch.no_grad():
@@ -258,11 +258,6 @@ def _clipped(grads: list[torch.Tensor], groups: list[list[int]],
     return out, scales
 
 
-def _chosen(runs: torch.Tensor | None, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    """`new` where the sync runs on this update, else `old`."""
-    return new if runs is None else torch.where(runs, new, old)
-
-
 def _synced(names: list[str], params: set[str], sync: TargetSync) -> list[tuple[str, str]]:
     """The (target, online) names a target sync writes: every parameter and buffer of the
     target at tau=1, else its parameters (Polyak averaging). Found where the update function
@@ -272,15 +267,18 @@ def _synced(names: list[str], params: set[str], sync: TargetSync) -> list[tuple[
             if name.startswith(prefix) and (sync.tau == 1.0 or name in params)]
 
 
-def _sync(live: list[torch.Tensor], synced: list[tuple[int, int]], sync: TargetSync,
+def _sync(live: list[torch.Tensor], targets: list[int], onlines: list[int], sync: TargetSync,
           count: torch.Tensor) -> None:
-    """The target sync on the live tensors: its targets the online tensors, or Polyak averages
-    of them (`_synced`'s pairs, by position), on the updates it runs on."""
-    runs = None if sync.when is None else sync.when(count)
-    for k, online_k in synced:
-        target, online = live[k], live[online_k]
-        new = online if sync.tau == 1.0 else torch.lerp(target, online, sync.tau)
-        live[k] = _chosen(runs, new, target)
+    """The target sync on the live tensors (by position: `_synced`'s pairs): its targets the
+    online tensors, or Polyak averages of them (one foreach call, as eager's), on the updates
+    it runs on."""
+    old, online = [live[k] for k in targets], [live[k] for k in onlines]
+    new = online if sync.tau == 1.0 else torch._foreach_lerp(old, online, sync.tau)
+    if sync.when is not None:
+        runs = sync.when(count)
+        new = [torch.where(runs, n, o) for n, o in zip(new, old)]
+    for k, value in zip(targets, new):
+        live[k] = value
 
 
 def _without_indices(batch: Any) -> Any:
