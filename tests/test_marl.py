@@ -14,10 +14,11 @@ from helpers import (NOT_MEASURED, compose_job, hetrl_cli, metric_history, mlflo
                      tracking_uri)
 from mlflow.tracking import MlflowClient
 
-from hetrl.algos.base import Batch
-from hetrl.algos.ensemble import by_shape, ensemble
-from hetrl.algos.maddpg import MADDPG
+from hetrl.algos.base import Batch, clip_slices_
+from hetrl.algos.ensemble import by_shape, stacked_mlp
+from hetrl.algos.maddpg import MADDPG, gumbel_softmax
 from hetrl.algos.matd3 import MATD3
+from hetrl.algos.networks import mlp
 from hetrl.compiled.step import GraphStep
 from hetrl.config.errors import ConfigError
 from hetrl.envs.mpe import MpeVectorEnv
@@ -147,24 +148,34 @@ def _unequal_agents(algo: type[MADDPG], **extra) -> tuple[MADDPG, list[Batch]]:
     return learner, batches
 
 
-def test_ensemble_runs_each_network_on_its_own_input_and_trains_it():
+def test_a_stacked_mlp_is_its_networks_run_each_on_its_own_input():
+    """Slice k of a stacked MLP is an nn.Linear MLP of its own: the same outputs on its own
+    input (any dimensions between the networks' and the features), its gradient alone, and
+    its gradient norm clipped on its own as torch clips one network's."""
     torch.manual_seed(0)
-    nets = [torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-            for _ in range(3)]
-    x = torch.randn(3, 5, 4)
-    out = ensemble(nets, x)
-    assert torch.allclose(out, torch.stack([net(x[k]) for k, net in enumerate(nets)]),
-                          atol=1e-6)
-    rows = torch.randn(3, 2, 5, 4)  # any dimensions between the networks' and the features
-    assert torch.allclose(ensemble(nets, rows),
-                          torch.stack([net(rows[k]) for k, net in enumerate(nets)]), atol=1e-6)
-    normed = [torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8)) for _ in range(3)]
-    with pytest.raises(TypeError, match="not LayerNorm"):
-        ensemble(normed, x)  # its weights would be the first network's for all
-    out.pow(2).sum().backward()
+    stacked = stacked_mlp(3, [4, 8, 2])
+    nets = [mlp([4, 8, 2]) for _ in range(3)]
     for k, net in enumerate(nets):
-        grads = torch.autograd.grad(net(x[k]).pow(2).sum(), list(net.parameters()))
-        assert all(torch.allclose(p.grad, g, atol=1e-6) for p, g in zip(net.parameters(), grads))
+        for layer, linear in zip(stacked, net):
+            if isinstance(linear, torch.nn.Linear):
+                linear.load_state_dict({"weight": layer.weight[k], "bias": layer.bias[k]})
+    for x in (torch.randn(3, 5, 4), torch.randn(3, 2, 5, 4)):
+        assert torch.allclose(stacked(x), torch.stack([net(x[k]) for k, net in enumerate(nets)]),
+                              atol=1e-6)
+    x = torch.randn(3, 5, 4) * torch.tensor([0.01, 10.0, 100.0])[:, None, None]
+    stacked(x).pow(2).sum().backward()
+    for net, xk in zip(nets, x):
+        net(xk).pow(2).sum().backward()
+    clip_slices_(list(stacked.parameters()), max_norm=1.0)
+    for net in nets:
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+    for k, net in enumerate(nets):
+        for layer, linear in zip(stacked, net):
+            if isinstance(linear, torch.nn.Linear):
+                assert torch.allclose(layer.weight.grad[k], linear.weight.grad, atol=1e-6)
+                assert torch.allclose(layer.bias.grad[k], linear.bias.grad, atol=1e-6)
+    norms = [torch.cat([p.grad.flatten() for p in net.parameters()]).norm() for net in nets]
+    assert norms[0] < 1.0 and torch.allclose(torch.stack(norms[1:]), torch.ones(2))
     assert by_shape([(6, 5), (6, 5), (4, 3), (6, 5)]) == [[0, 1, 3], [2]]
 
 
@@ -183,9 +194,10 @@ def test_one_update_trains_every_trainer_on_its_own_rows(algo, extra):
             torch.manual_seed(u)
             trained.learn(batches[u % 2])
     before, after = learner.state_dict(), eager.state_dict()
-    for name in ("actors", "critics", "actor_targets", "critic_targets"):
-        for i in range(3):
-            assert not torch.equal(before[f"{name}.{i}.0.weight"], after[f"{name}.{i}.0.weight"])
+    for name in ("actors.0", "actors.1", "critics", "actor_targets.0", "actor_targets.1",
+                 "critic_targets"):
+        for was, now in zip(before[f"{name}.0.weight"], after[f"{name}.0.weight"]):
+            assert not torch.equal(was, now)  # every agent's network, of each stack
     assert max((a - b).abs().max().item() for a, b in zip(after.values(),
                                                           functional.state_dict().values())
                if a.is_floating_point()) < 1e-5
@@ -193,11 +205,19 @@ def test_one_update_trains_every_trainer_on_its_own_rows(algo, extra):
     def first_critic_grads(batch: Batch) -> list[torch.Tensor]:
         torch.manual_seed(0)
         loss, _ = learner.critic_loss(batch, 0)
-        return torch.autograd.grad(loss, [learner.critics[0][0].weight,
-                                          learner.critics[1][0].weight])
+        return torch.autograd.grad(loss, learner.critics[0].weight)[0][:2]  # trainers 0, 1
 
     batch = batches[0]
     others = batch._replace(rewards=torch.cat([batch.rewards[:8], batch.rewards[8:] + 1.0]))
     own_grads, other_grads = first_critic_grads(batch), first_critic_grads(others)
     assert torch.equal(own_grads[0], other_grads[0])  # rows 8-23 are the other trainers'
     assert not torch.equal(own_grads[1], other_grads[1])
+
+
+def test_the_gumbel_softmax_samples_each_move_by_its_softmax_probability():
+    torch.manual_seed(0)
+    logits = torch.tensor([0.0, 1.0, 2.0, -1.0]).expand(200_000, 4)
+    soft = gumbel_softmax(logits)
+    assert torch.allclose(soft.sum(-1), torch.ones(len(soft)))
+    chosen = torch.bincount(soft.argmax(-1), minlength=4) / len(soft)
+    assert torch.allclose(chosen, logits[0].softmax(0), atol=0.005)

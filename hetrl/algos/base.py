@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from hetrl.algos.ensemble import per_slice, slice_scales
 from hetrl.algos.rule import (Metrics, Stage, TargetSync, clip_groups, due, stage_loss,
                               sync_target)
 from hetrl.config.enums import ActionSpace, Agents
@@ -64,6 +65,16 @@ def clip_grad_norm_(params: list[nn.Parameter], max_norm: float) -> None:
     if grads:
         total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
         torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+
+
+def clip_slices_(params: list[nn.Parameter], max_norm: float) -> None:
+    """Each stacked network's gradient (slice k of every one of `params`) clipped to
+    `max_norm` on its own (`hetrl.algos.ensemble.slice_scales`)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if grads:
+        scales = slice_scales(grads, max_norm)
+        for g in grads:
+            g.mul_(per_slice(scales, g))
 
 
 class Learner(nn.Module):
@@ -217,8 +228,8 @@ class Learner(nn.Module):
         overflowing step is skipped, the weights stay as they were, and it is counted. The
         old gradients are dropped as `zero_grad(set_to_none=True)` drops them, without its
         profiler record (a small update pays for each call's bookkeeping, not its work).
-        `groups`: the parameters whose gradient norms are clipped each on its own (None:
-        all of the optimizer's together)."""
+        `groups`: stacked parameters whose networks' gradient norms are clipped each on its
+        own (`clip_slices_`; None: all of the optimizer's together)."""
         scaler = self.scaler
         params = [p for group in optimizer.param_groups for p in group["params"]]
         for p in params:
@@ -227,8 +238,10 @@ class Learner(nn.Module):
         if max_grad_norm is not None:
             if scaler is not None:
                 scaler.unscale_(optimizer)
-            for group in groups or [params]:
-                clip_grad_norm_(group, max_grad_norm)
+            if groups is None:
+                clip_grad_norm_(params, max_grad_norm)
+            for group in groups or []:
+                clip_slices_(group, max_grad_norm)
         if scaler is None:
             optimizer.step()
             return

@@ -1,59 +1,65 @@
-"""Networks of one shape run as one call, as LeanRL runs its Q-networks: each Linear layer of
-G networks is one batched matmul of their weights, stacked along a new first dimension at
-the call. The networks stay the learner's own modules (what checkpoints, targets, actors and
-optimizers hold), so autograd takes each network's gradient to its own parameters, and the
-compiled update (which places its functional tensors in those modules) stacks those.
+"""Networks of one shape as one module, as LeanRL stacks its Q-networks: G MLPs whose every
+Linear layer is one (G, out, in) weight and one (G, out) bias, network k's at index k, run as
+one batched matmul on (G, ..., features) inputs, network k's on `x[k]`.
 
-A batched matmul rather than `torch.func.vmap` of one network: the same kernels, without
-vmap's wrapping and pytree walks of every argument, which eager pays at each call and
-dynamo traces bytecode by bytecode (a quarter of MADDPG's update trace)."""
+The parameters are stacked where they live, not at each call: an update's optimizer step,
+gradient clip (by trainer: `clip_slices`) and target sync take one tensor a layer whatever G
+is, so MADDPG's 24 agents trace, compile and run as its 3 do. Autograd gives slice k the
+gradient of network k alone. Checked: tests/test_marl.py against G nn.Linear MLPs."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Hashable, Sequence
 
 import torch
 from torch import nn
 
-
-def ensemble(networks: Sequence[nn.Sequential], x: torch.Tensor) -> torch.Tensor:
-    """Network k on `x[k]`: (G, ..., features) inputs for G networks of one shape (Linear
-    layers and parameter-free ones between them, as `mlp` makes them, and alike in their
-    hooks), stacked outputs. Networks with forward hooks or parametrizations (QAT's fake
-    quantization, which observes and rewrites their weights) run one by one, as their hooks
-    need."""
-    layers = [list(net._modules.values()) for net in networks]
-    # the first network's hooks say: a precision (QAT) hooks every network of a learner
-    if any(hooked(m) for m in (networks[0], *layers[0])):
-        return torch.stack([net(x[k]) for k, net in enumerate(networks)])
-    for same in zip(*layers):
-        if isinstance(same[0], nn.Linear):
-            x = _linear(x, [m._parameters["weight"] for m in same],
-                        [m._parameters["bias"] for m in same])
-        elif same[0]._parameters or same[0]._modules:
-            raise TypeError(f"an ensemble runs Linear layers and parameter-free ones, not "
-                            f"{type(same[0]).__name__}")
-        else:
-            x = same[0](x)
-    return x
+from hetrl.algos.networks import mlp
 
 
-def _linear(x: torch.Tensor, weights: list[torch.Tensor],
-            biases: list[torch.Tensor | None]) -> torch.Tensor:
-    """`F.linear(x[k], weights[k], biases[k])` for every k, as one batched matmul."""
-    rows = x.reshape(x.shape[0], -1, x.shape[-1])
-    w = torch.stack(weights).transpose(1, 2)
-    out = (torch.bmm(rows, w) if biases[0] is None
-           else torch.baddbmm(torch.stack(biases).unsqueeze(1), rows, w))
-    return out.reshape(*x.shape[:-1], w.shape[-1])
+class StackedLinear(nn.Module):
+    """`copies` Linear layers of one shape: `F.linear(x[k], weight[k], bias[k])` for each k,
+    as one `baddbmm`; each slice drawn as nn.Linear draws its weight and bias."""
+
+    def __init__(self, copies: int, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = nn.Parameter(torch.empty(copies, out_features, in_features))
+        self.bias = nn.Parameter(torch.empty(copies, out_features))
+        bound = 1.0 / math.sqrt(in_features)
+        with torch.no_grad():
+            for weight, bias in zip(self.weight, self.bias):
+                nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+                nn.init.uniform_(bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(x.shape[0], -1, x.shape[-1])
+        out = torch.baddbmm(self.bias.unsqueeze(1), rows, self.weight.transpose(1, 2))
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"copies={self.weight.shape[0]}, in_features={self.in_features}, "
+                f"out_features={self.out_features}")
 
 
-def hooked(module: nn.Module) -> bool:
-    """Whether `module` itself has forward hooks or parametrizations: what a functional call
-    over its parameters (a stacked matmul, one compiled graph) would skip."""
-    return bool(module._forward_hooks or module._forward_pre_hooks
-                or hasattr(module, "parametrizations"))
+def stacked_mlp(copies: int, sizes: list[int]) -> nn.Sequential:
+    """`copies` MLPs of `mlp(sizes)`'s shape, stacked: (copies, ..., sizes[0]) inputs."""
+    return mlp(sizes, layer=lambda n_in, n_out: StackedLinear(copies, n_in, n_out))
+
+
+def slice_scales(grads: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """The clip coefficient of each network of stacked `grads` (slice k of every tensor:
+    network k's gradient), as `torch.nn.utils.clip_grad_norm_` would scale each network's
+    alone; shape (G,)."""
+    squares = torch.stack([g.pow(2).flatten(1).sum(1) for g in grads]).sum(0)
+    return (max_norm / (squares.sqrt() + 1e-6)).clamp(max=1.0)
+
+
+def per_slice(scales: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """`scales` (G,) shaped to multiply the G slices of a stacked `grad`."""
+    return scales.view(-1, *(1,) * (grad.dim() - 1))
 
 
 def by_shape(shapes: Sequence[Hashable]) -> list[list[int]]:

@@ -9,11 +9,11 @@ from dataclasses import replace
 
 import gymnasium as gym
 import torch
-from torch import nn
 
 from hetrl.algos.base import Batch
+from hetrl.algos.ensemble import stacked_mlp
 from hetrl.algos.maddpg import MADDPG, own
-from hetrl.algos.networks import adam, frozen_copy, mlp
+from hetrl.algos.networks import adam, frozen_copy
 from hetrl.algos.rule import Metrics, Stage, TargetSync
 
 
@@ -32,8 +32,7 @@ class MATD3(MADDPG):
         self.policy_delay = policy_delay
         self.target_noise, self.target_noise_clip = target_noise, target_noise_clip
         joint_dim = sum(self.obs_dims) + sum(self.n_actions)
-        self.critics2 = nn.ModuleList(
-            mlp([joint_dim, *self.hidden, 1]) for _ in self.obs_dims).to(self.device)
+        self.critics2 = stacked_mlp(self.n_agents, [joint_dim, *self.hidden, 1]).to(self.device)
         self.critic2_targets = frozen_copy(self.critics2)
         self.critic_optimizer = adam([*self.critics.parameters(), *self.critics2.parameters()],
                                      self.lr)
@@ -47,8 +46,8 @@ class MATD3(MADDPG):
         critic, actor = super().stages()
         return [critic, replace(actor, when=self.delayed, carried=("actor_loss",))]
 
-    def critics_of(self, i: int) -> tuple[str, ...]:
-        return (f"critics.{i}", f"critics2.{i}")
+    def trained_critics(self) -> tuple[str, ...]:
+        return ("critics", "critics2")
 
     def targets(self) -> list[TargetSync]:
         return [TargetSync(target, online, self.tau, when=self.delayed)
@@ -61,11 +60,9 @@ class MATD3(MADDPG):
         smoothed target actions, on its own mini-batch."""
         b = self.by_trainer(batch)
         with self.timer("target_q"), torch.no_grad():
-            next_actions = [
-                a + (torch.randn_like(a) * self.target_noise).clamp(-self.target_noise_clip,
-                                                                    self.target_noise_clip)
-                for a in self._soft_actions(self.actor_targets, b.next_obs)
-            ]
+            soft = self._soft_actions(self.actor_targets, b.next_obs)
+            next_actions = soft + (torch.randn_like(soft) * self.target_noise).clamp(
+                -self.target_noise_clip, self.target_noise_clip)
             joint_next = self._joint(b.next_obs, next_actions)
             next_q = torch.min(self._q(self.critic_targets, joint_next),
                                self._q(self.critic2_targets, joint_next))

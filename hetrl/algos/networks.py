@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from contextlib import contextmanager
-from typing import Iterable, Iterator, TypeVar
+from typing import Callable, Iterable, Iterator, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -22,11 +22,13 @@ ACTORQ_POLICY_HIDDEN = [2048, 2048, 2048]
 
 
 def mlp(sizes: list[int], output_activation: type[nn.Module] | None = None,
-        activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
-    """Linear layers of the given widths with `activation` between them."""
+        activation: type[nn.Module] = nn.ReLU,
+        layer: Callable[[int, int], nn.Module] = nn.Linear) -> nn.Sequential:
+    """Linear layers (`layer(n_in, n_out)`) of the given widths with `activation` between
+    them."""
     layers: list[nn.Module] = []
     for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        layers.append(nn.Linear(n_in, n_out))
+        layers.append(layer(n_in, n_out))
         if i < len(sizes) - 2:
             layers.append(activation())
     if output_activation is not None:

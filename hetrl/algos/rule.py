@@ -37,9 +37,10 @@ class Stage:
     max_grad_norm: float | None = None
     frozen: tuple[str, ...] = ()
     when: Callable[[Any], Any] | None = None
-    # the submodules (paths) of each group of parameters whose gradient norm is clipped on
-    # its own: MADDPG's trainers, each of its agent's networks (empty: all together)
-    clip_each: tuple[tuple[str, ...], ...] = ()
+    # the submodules (paths) of each group of stacked networks (`hetrl.algos.ensemble`)
+    # whose networks' gradient norms are clipped each on its own, network k's being slice k
+    # of every tensor of the group: MADDPG's trainers (empty: the stage's gradient together)
+    clip_slices: tuple[tuple[str, ...], ...] = ()
     carried: tuple[str, ...] = ()  # with `when`: the metrics reported between its runs
     # the phase its backward and optimizer step are timed under (the loss may time its own
     # parts: MADDPG's target_q, then q_loss)
@@ -79,12 +80,13 @@ def stage_loss(learner: nn.Module, stage: Stage, batch: Any,
 
 
 def clip_groups(learner: nn.Module, stage: Stage) -> list[list[nn.Parameter]] | None:
-    """The groups of the stage's parameters whose gradient norms are clipped each on its own,
-    one per entry of `stage.clip_each` (None: all the stage trains, together)."""
-    if not stage.clip_each:
+    """The groups of the stage's stacked parameters whose slices' gradient norms are clipped
+    each on its own, one per entry of `stage.clip_slices` (None: all the stage trains,
+    together)."""
+    if not stage.clip_slices:
         return None
     return [[p for path in group for p in learner.get_submodule(path).parameters()]
-            for group in stage.clip_each]
+            for group in stage.clip_slices]
 
 
 @torch.no_grad()

@@ -23,6 +23,7 @@ import torch
 from torch.func import grad_and_value
 
 from hetrl.algos.base import Learner, Metrics
+from hetrl.algos.ensemble import per_slice, slice_scales
 from hetrl.algos.placement import aligned, held, place, place_ties, slots
 from hetrl.algos.rule import Stage, TargetSync, clip_groups, due
 from hetrl.compiled.optim import FunctionalOptimizer, Unsupported, clip_grad_norm, functional
@@ -61,7 +62,7 @@ class GraphStep:
         self.declared: tuple[list[Stage], list[TargetSync]] | None = None
         self.rules: dict[int, FunctionalOptimizer] = {}  # by id of the stage
         self.trained: dict[int, list[torch.Tensor]] = {}
-        self.clips: dict[int, list[list[int]]] = {}  # positions in `trained`, clipped apart
+        self.clips: dict[int, list[list[int]] | None] = {}  # positions in `trained`: `_clips`
         self.lrs: dict[int, tuple[float, torch.Tensor]] = {}
         scaler = learner.scaler
         self.scaling = (GraphScaler(scaler, learner.device)
@@ -100,12 +101,13 @@ class GraphStep:
     def _optimizer(self, stage: Stage) -> torch.optim.Optimizer:
         return getattr(self.learner, stage.optimizer)
 
-    def _clips(self, stage: Stage) -> list[list[int]]:
-        """The positions, among the stage's parameters, of each group clipped on its own."""
+    def _clips(self, stage: Stage) -> list[list[int]] | None:
+        """The positions, among the stage's parameters, of each group of stacked ones clipped
+        slice by slice (None: the stage's gradient clipped together)."""
         params = self.trained[id(stage)]
         groups = clip_groups(self.learner, stage)
         if groups is None:
-            return [list(range(len(params)))]
+            return None
         at = {id(p): k for k, p in enumerate(params)}
         return [[at[id(p)] for p in group] for group in groups]
 
@@ -158,7 +160,7 @@ class GraphStep:
                    owned: list[list[int]], rules: list[FunctionalOptimizer],
                    posts: list[list[tuple[int, Callable]]],
                    scaling: GraphScaler | None,
-                   clips: list[list[list[int]]]) -> Callable:
+                   clips: list[list[list[int]] | None]) -> Callable:
         """The update on the learner's tensors by position (in `self.names`' order): each
         lookup by name, each walk over the names, is done here, once, not in the function
         dynamo traces bytecode by bytecode."""
@@ -245,16 +247,19 @@ def _step(live: list[torch.Tensor], mine: list[int], new: list[torch.Tensor],
         live[k] = value
 
 
-def _clipped(grads: list[torch.Tensor], groups: list[list[int]],
+def _clipped(grads: list[torch.Tensor], groups: list[list[int]] | None,
              max_norm: float) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """`grads` with each group's (positions in them) norm clipped to `max_norm` on its own;
-    the groups' scales."""
+    """`grads` with their norm clipped to `max_norm`, or each stacked network's of each group
+    (positions in them: `clip_slices`) on its own; the scales."""
+    if groups is None:
+        clipped, scale = clip_grad_norm(grads, max_norm)
+        return clipped, [scale]
     out, scales = list(grads), []
     for group in groups:
-        out_group, scale = clip_grad_norm([grads[k] for k in group], max_norm)
+        scale = slice_scales([grads[k] for k in group], max_norm)
         scales.append(scale)
-        for k, g in zip(group, out_group):
-            out[k] = g
+        for k in group:
+            out[k] = grads[k] * per_slice(scale, grads[k])
     return out, scales
 
 

@@ -2,7 +2,7 @@
 activations once the learner has made `quant_delay` updates.
 
 Every Linear and Conv layer of every network of the learner (policy and critic, online and
-target: QuaRL QATs all components) gets
+target: QuaRL QATs all components; each network of a stacked layer as its own) gets
 - its weight through QuaRL's quantizer Q_n (hetrl.quant, per output channel for convolutions
   when `per_channel`), as a parametrization, so the fp32 weight stays the one the optimizer
   updates;
@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from hetrl.algos.base import Learner
+from hetrl.algos.ensemble import StackedLinear
 from hetrl.partition.costs import Plan
 from hetrl.partition.graph import TaskGraph
 from hetrl.precision.base import PrecisionNeeds
@@ -75,8 +76,13 @@ class QATPrecision(UniformPrecision):
         def quantize_input(module: nn.Module, args: tuple) -> tuple | None:
             return (fake_quant_ste(args[0], bits), *args[1:]) if on() else None
 
-        for layer in [m for m in learner.modules() if isinstance(m, LAYERS)]:
-            per_channel = self.per_channel and not isinstance(layer, nn.Linear)
+        def quantize_inputs(module: nn.Module, args: tuple) -> tuple | None:
+            """Each stacked network's input on its own, as its own layer's would be."""
+            return (fake_quant_ste(args[0], bits, True), *args[1:]) if on() else None
+
+        for layer in [m for m in learner.modules() if isinstance(m, (*LAYERS, StackedLinear))]:
+            stacked = isinstance(layer, StackedLinear)  # slice k: network k's whole weight
+            per_channel = stacked or self.per_channel and not isinstance(layer, nn.Linear)
             parametrize.register_parametrization(layer, "weight",
                                                  FakeQuantWeight(on, bits, per_channel))
-            layer.register_forward_pre_hook(quantize_input)
+            layer.register_forward_pre_hook(quantize_inputs if stacked else quantize_input)
