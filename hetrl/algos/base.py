@@ -240,8 +240,9 @@ class Learner(nn.Module):
                 scaler.unscale_(optimizer)
             if groups is None:
                 clip_grad_norm_(params, max_grad_norm)
-            for group in groups or []:
-                clip_slices_(group, max_grad_norm)
+            else:
+                for group in groups:
+                    clip_slices_(group, max_grad_norm)
         if scaler is None:
             optimizer.step()
             return

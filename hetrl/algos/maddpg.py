@@ -9,8 +9,8 @@ O(N²·B) sampling, timed as `sample`), and the update reads trainer i's from ro
 loop): the critics, all of one shape, are one stacked network (`hetrl.algos.ensemble`: each
 layer one tensor of every trainer's weights), the actors one per group of equal observation
 and action sizes (simple_tag's adversaries, its good agents), so one call runs them all and
-each trainer reads the others' networks as they were before the update. The update times its own phases: `target_q`, `q_loss`, `p_loss`,
-`target_update`.
+each trainer reads the others' networks as they were before the update. The update times
+its own phases: `target_q`, `q_loss`, `p_loss`, `target_update`.
 """
 
 from __future__ import annotations
