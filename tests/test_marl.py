@@ -15,7 +15,7 @@ from helpers import (NOT_MEASURED, compose_job, hetrl_cli, metric_history, mlflo
 from mlflow.tracking import MlflowClient
 
 from hetrl.algos.base import Batch, clip_slices_
-from hetrl.algos.ensemble import by_shape, stacked_mlp
+from hetrl.algos.ensemble import NARROW, by_shape, stacked_mlp
 from hetrl.algos.maddpg import MADDPG, gumbel_softmax
 from hetrl.algos.matd3 import MATD3
 from hetrl.algos.networks import mlp
@@ -177,6 +177,21 @@ def test_a_stacked_mlp_is_its_networks_run_each_on_its_own_input():
     norms = [torch.cat([p.grad.flatten() for p in net.parameters()]).norm() for net in nets]
     assert norms[0] < 1.0 and torch.allclose(torch.stack(norms[1:]), torch.ones(2))
     assert by_shape([(6, 5), (6, 5), (4, 3), (6, 5)]) == [[0, 1, 3], [2]]
+
+
+def test_a_compiled_stacked_mlp_computes_its_narrow_heads_as_eager_does():
+    """Compiled, a head at most NARROW wide is a multiply-sum, not a batched GEMM: the same
+    outputs and gradients as eager's."""
+    torch.manual_seed(0)
+    stacked = stacked_mlp(3, [4, NARROW + 1, NARROW])
+    x = torch.randn(3, 2, 5, 4)
+
+    def outputs_and_grads(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = stacked(x)
+        return (y, *torch.autograd.grad(y.pow(2).sum(), list(stacked.parameters())))
+
+    for eager, compiled in zip(outputs_and_grads(x), torch.compile(outputs_and_grads)(x)):
+        assert torch.allclose(eager, compiled, atol=1e-5)
 
 
 @pytest.mark.parametrize("algo, extra", [

@@ -19,9 +19,19 @@ from torch import nn
 from hetrl.algos.networks import mlp
 
 
+NARROW = 8
+"""Widest output a compiled StackedLinear computes as a multiply and sum, not a batched GEMM.
+Measured here: MKL's batched GEMMs 2-8 columns wide (MADDPG's action and value heads, and
+their backward) run at 1-7 GFLOP/s, while inductor fuses the multiply-sum into the kernels
+around it. Compiled, such a layer's forward and backward on (3, 1024-3072, 64) inputs take
+1.8-2.9x less time, and MADDPG-3's update 8-10 % less. Eager would materialize the product:
+3.7x slower at 5 wide."""
+
+
 class StackedLinear(nn.Module):
     """`copies` Linear layers of one shape: `F.linear(x[k], weight[k], bias[k])` for each k,
-    as one `baddbmm`; each slice drawn as nn.Linear draws its weight and bias."""
+    as one `baddbmm` (a multiply-sum where compiled and at most `NARROW` wide); each slice
+    drawn as nn.Linear draws its weight and bias."""
 
     def __init__(self, copies: int, in_features: int, out_features: int) -> None:
         super().__init__()
@@ -36,7 +46,10 @@ class StackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(x.shape[0], -1, x.shape[-1])
-        out = torch.baddbmm(self.bias.unsqueeze(1), rows, self.weight.transpose(1, 2))
+        if self.out_features <= NARROW and torch.compiler.is_compiling():
+            out = (rows.unsqueeze(2) * self.weight.unsqueeze(1)).sum(-1) + self.bias.unsqueeze(1)
+        else:
+            out = torch.baddbmm(self.bias.unsqueeze(1), rows, self.weight.transpose(1, 2))
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
