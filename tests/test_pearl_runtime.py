@@ -127,6 +127,9 @@ def test_t15_a_slot_overwritten_after_sampling_keeps_no_stale_priority():
     replay.slots = np.array([0, 1])  # the insertion now writes slots 2 and 3: no collision
     updates.step(after_sample)
     assert replay.priorities == {2: 20.0, 0: 1000.0, 1: 1010.0} and check.collisions == 1
+    check.sampled(np.array([2, 3]))  # slots 2 and 3, written last time, sampled again
+    check.written(np.empty(0, dtype=np.int64))  # an insertion that wrote nothing
+    assert check.keep(np.array([2, 3])) is None  # every update goes in
 
 
 class _NoPrecision:

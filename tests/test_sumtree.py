@@ -119,6 +119,10 @@ def test_compiled_and_numpy_paths_agree_bit_for_bit(fanout):
     for beta in (0.4, 1.0):
         assert np.array_equal(compiled.importance(leaves, 4000, beta),
                               reference.importance(leaves, 4000, beta))
+        for tree in (compiled, reference):
+            drawn, weights = tree.weighted_stratified(draws, 4000, beta)
+            assert np.array_equal(drawn, leaves)
+            assert np.array_equal(weights, reference.importance(leaves, 4000, beta))
     raws = np.zeros(5000), np.zeros(5000)
     for alpha in (0.5, 0.6, 1.0):
         td = (rng.standard_normal(64) * 3).astype(np.float32)

@@ -98,8 +98,11 @@ class PrioritizedSampler(UniformSampler):
         return self.tree.importance(refs, size, self.beta)
 
     def sample(self, n: int, size: int) -> tuple[np.ndarray, np.ndarray | None]:
-        idx = self._references(n, size)
-        weights = self._weights(idx, size)
+        if self.stratified:
+            idx, weights = self.tree.weighted_stratified(np.random.random(n), size, self.beta)
+        else:
+            idx = self._references(n, size)
+            weights = self._weights(idx, size)
         self.calls += 1
         return idx, weights
 

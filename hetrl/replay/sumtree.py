@@ -159,6 +159,16 @@ def _importance_loop(tree: np.ndarray, offset: int, leaves: np.ndarray, n: int, 
         out[k] = w[k] / top
 
 
+def _weighted_stratified_loop(tree: np.ndarray, fanout: int, depth: int, offset: int,
+                              draws: np.ndarray, n: int, beta: float, leaves: np.ndarray,
+                              weights: np.ndarray) -> None:
+    """`_stratified_loop`'s leaves and `_importance_loop`'s weights of them, in one call."""
+    _stratified_jit(tree, fanout, depth, draws, leaves)
+    for k in range(len(leaves)):
+        leaves[k] -= offset
+    _importance_jit(tree, offset, leaves, n, beta, weights)
+
+
 def _priorities_loop(tree: np.ndarray, offset: int, fanout: int, idx: np.ndarray,
                      errors: np.ndarray, eps: float, alpha: float, raw: np.ndarray) -> float:
     """p = |error| + ε into raw[idx[k]] and p^α into leaf idx[k]; the largest p."""
@@ -175,6 +185,8 @@ def _priorities_loop(tree: np.ndarray, offset: int, fanout: int, idx: np.ndarray
 
 _find_jit = None  # the jitted _find_loop, which the jitted _stratified_loop calls
 _set_jit = None  # the jitted _set_loop, which the jitted _priorities_loop calls
+_stratified_jit = None  # the jitted loops that _weighted_stratified_loop calls
+_importance_jit = None
 
 
 @cache
@@ -183,13 +195,15 @@ def _kernels() -> SimpleNamespace:
     second; a process whose trees stay in numpy never pays it). `cache=True`: compiled
     once, then loaded from numba's cache (`__pycache__`, or NUMBA_CACHE_DIR) by every
     process."""
-    global _find_jit, _set_jit
+    global _find_jit, _set_jit, _stratified_jit, _importance_jit
     import numba
 
     jit = numba.njit(cache=True, nogil=True)
     _find_jit, _set_jit = jit(_find_loop), jit(_set_loop)
-    return SimpleNamespace(set=_set_jit, find=_find_jit, stratified=jit(_stratified_loop),
-                           importance=jit(_importance_loop), priorities=jit(_priorities_loop))
+    _stratified_jit, _importance_jit = jit(_stratified_loop), jit(_importance_loop)
+    return SimpleNamespace(set=_set_jit, find=_find_jit, stratified=_stratified_jit,
+                           importance=_importance_jit, priorities=jit(_priorities_loop),
+                           weighted_stratified=jit(_weighted_stratified_loop))
 
 
 def compile_kernels() -> float:
@@ -205,6 +219,8 @@ def compile_kernels() -> float:
         kernels.find(tree, 2, 1, np.zeros(1), out)
         kernels.stratified(tree, 2, 1, np.zeros(1), out)
         kernels.importance(tree, 1, idx, 1, 0.5, np.zeros(1, np.float32))
+        kernels.weighted_stratified(tree, 2, 1, 1, np.zeros(1), 1, 0.5, out,
+                                    np.zeros(1, np.float32))
         for errors in (np.ones(1, np.float32), np.ones(1)):  # TD errors; stored priorities
             kernels.priorities(tree, 1, 2, idx, errors, 0.0, 0.6, np.zeros(1))
     return time.perf_counter() - start
@@ -308,3 +324,18 @@ class SumTree:
             _kernels().stratified(self.tree, self.fanout, self.depth, draws, nodes)
             return nodes - self.offset
         return self.find((np.arange(len(draws)) + draws) * self.tree[0] / len(draws))
+
+    def weighted_stratified(self, draws: np.ndarray, n: int,
+                            beta: float) -> tuple[np.ndarray, np.ndarray]:
+        """`stratified(draws)` and their `importance(…, n, beta)`: on the numba path in one
+        call (PEARL's sample, every learner iteration: each call into numpy or numba costs
+        2-4x its quiet time there, once the learner has run)."""
+        if not self.compiled:
+            leaves = self.stratified(draws)
+            return leaves, self.importance(leaves, n, beta)
+        leaves = np.empty(len(draws), dtype=np.int64)
+        weights = np.empty(len(draws), dtype=np.float32)
+        _kernels().weighted_stratified(self.tree, self.fanout, self.depth, self.offset,
+                                       np.ascontiguousarray(draws, dtype=np.float64), n, beta,
+                                       leaves, weights)
+        return leaves, weights

@@ -32,10 +32,13 @@ class CollisionCheck:
         self.marked.clear()
 
     def written(self, slots: np.ndarray) -> None:
-        self.overwritten[slots] = True
-        self.marked.append(slots)
+        if len(slots):
+            self.overwritten[slots] = True
+            self.marked.append(slots)
 
     def keep(self, indices: np.ndarray) -> np.ndarray | None:
+        if not self.marked:  # nothing written since the sample (9 PEARL iterations in 10)
+            return None
         stale = self.overwritten[indices]
         if not (collisions := np.count_nonzero(stale)):  # not stale.any(): a Python wrapper
             return None
